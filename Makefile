@@ -1,0 +1,59 @@
+# The two commands: `make demo` and `make test`. Everything else wraps CMake.
+BUILD       ?= build
+BUILD_ASAN  ?= build-asan
+BUILD_TSAN  ?= build-tsan
+BUILD_BENCH ?= build-release
+JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX      ?= /usr/local
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build test demo bench install sanitize format lint clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	$(BUILD)/acemq-demo
+
+bench: deps
+	cmake -S . -B $(BUILD_BENCH) -DCMAKE_BUILD_TYPE=Release -DACEMQ_BUILD_TESTS=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD_BENCH) -j $(JOBS)
+	$(BUILD_BENCH)/bench/bench_idem --out bench/results/latest.jsonl
+
+install: build
+	cmake --install $(BUILD)
+
+# The unit and conformance suites under ASan+UBSan, the concurrency tests under TSan.
+sanitize: deps
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DACEMQ_BUILD_BENCH=OFF \
+	  -DACEMQ_SANITIZE=address,undefined $(CMAKE_FLAGS)
+	cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DACEMQ_BUILD_BENCH=OFF \
+	  -DACEMQ_SANITIZE=thread $(CMAKE_FLAGS)
+	cmake --build $(BUILD_TSAN) -j $(JOBS)
+	cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  setarch -R ctest --output-on-failure -L concurrency
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+lint: build
+	clang-tidy -p $(BUILD) --quiet $$(git ls-files 'src/*.c')
+	cppcheck --enable=warning,performance,portability --error-exitcode=1 --quiet \
+	  --inline-suppr -I include -I src $$(git ls-files 'src/*.c')
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_BENCH)

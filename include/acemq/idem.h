@@ -1,0 +1,169 @@
+/* acemq/idem.h — the idempotency store: claim, then work, then confirm or release.
+ *
+ * A redelivered message must not do its work twice. try_claim() answers one of
+ * three results that must never be confused:
+ *   ACEMQ_CLAIMED            you own the id now: do the work, then confirm or release;
+ *   ACEMQ_ALREADY_CONFIRMED  the work is done: a duplicate, acknowledge it;
+ *   ACEMQ_IN_PROGRESS        someone holds the id and has not finished: requeue the
+ *                            message, never acknowledge it.
+ * Claims are leased (a holder that dies stops blocking when its lease runs out)
+ * and fenced (confirm, release and renew with a token that is no longer current
+ * change nothing and return ACEMQ_ESTALE). Confirmed ids are remembered for the
+ * retention period, then forgotten.
+ *
+ * Ids are byte strings with an explicit length, 1..ACEMQ_IDEM_ID_MAX bytes; any
+ * bytes, NUL included, are stored verbatim.
+ *
+ * A handle is safe to use from several threads at once.
+ */
+#ifndef ACEMQ_IDEM_H
+#define ACEMQ_IDEM_H
+
+#include "acemq/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACEMQ_IDEM_ID_MAX 1024        /* bytes in an id */
+#define ACEMQ_IDEM_FINGERPRINT_MAX 64 /* bytes in a payload fingerprint */
+#define ACEMQ_IDEM_RESULT_MAX 65536   /* bytes in a stored result */
+
+/* What try_claim() found: non-negative results, not errors. */
+typedef enum acemq_claim_status {
+    ACEMQ_CLAIMED = 0,
+    ACEMQ_ALREADY_CONFIRMED = 1,
+    ACEMQ_IN_PROGRESS = 2
+} acemq_claim_status;
+
+/* SQLite's PRAGMA synchronous, for the sqlite backend. */
+typedef enum acemq_sync_mode {
+    ACEMQ_SYNC_OFF = 0,
+    ACEMQ_SYNC_NORMAL = 1,
+    ACEMQ_SYNC_FULL = 2
+} acemq_sync_mode;
+
+/* Flags for acemq_idem_options.flags. */
+enum {
+    /* On a caller-passed database connection, confirm() writes inside the
+     * caller's open transaction and commits or rolls back with it (the inbox
+     * pattern). With no transaction open it fails with ACEMQ_ENOTX. */
+    ACEMQ_IDEM_CONFIRM_IN_CALLER_TX = 1u << 0
+};
+
+typedef struct acemq_idem_options {
+    int64_t lease_ms;         /* default lease of a claim; default 30,000 */
+    int64_t retention_ms;     /* how long a confirmed id is remembered; default 7 days */
+    size_t max_entries;       /* memory backend: entries kept at most; default 1,048,576 */
+    const acemq_clock *clock; /* NULL: acemq_clock_system() */
+    int synchronous;          /* sqlite: an acemq_sync_mode; default ACEMQ_SYNC_FULL */
+    int busy_timeout_ms;      /* sqlite: how long to wait on a locked database; default 5,000 */
+    unsigned flags;           /* ACEMQ_IDEM_* flags */
+} acemq_idem_options;
+
+/* Fills *o with the defaults above. */
+ACEMQ_EXTERN void acemq_idem_options_init(acemq_idem_options *o);
+
+/* Per-claim inputs, all optional: pass NULL for the defaults. */
+typedef struct acemq_claim_opts {
+    int64_t lease_ms; /* 0: the store's default lease */
+    /* A digest of the payload. The same id arriving with a different
+     * fingerprint answers ACEMQ_EMISMATCH: the id was reused for another message. */
+    const void *fingerprint;
+    size_t fingerprint_len;
+    /* Where a stored result is copied when the id is ALREADY_CONFIRMED. */
+    void *result_buf;
+    size_t result_cap;
+} acemq_claim_opts;
+
+/* What try_claim() tells besides its result. */
+typedef struct acemq_claim {
+    uint64_t token;         /* CLAIMED: the fencing token for confirm/release/renew */
+    int64_t lease_until_ms; /* CLAIMED, IN_PROGRESS: when the current lease runs out */
+    int takeover;           /* CLAIMED: 1 when it took over an expired lease */
+    int has_result;         /* ALREADY_CONFIRMED: 1 when a result was stored at confirm */
+    size_t result_len;      /* its full length; min(result_len, result_cap) bytes were copied */
+} acemq_claim;
+
+/* Counters since the handle was opened. For shared backends they count what
+ * this handle did, not what all processes did. */
+typedef struct acemq_idem_stats {
+    uint64_t claimed;      /* try_claim answered CLAIMED (takeovers included) */
+    uint64_t duplicates;   /* try_claim answered ALREADY_CONFIRMED */
+    uint64_t in_progress;  /* try_claim answered IN_PROGRESS */
+    uint64_t takeovers;    /* CLAIMED over an expired lease */
+    uint64_t stale_tokens; /* confirm/release/renew refused with ACEMQ_ESTALE */
+    uint64_t confirms;     /* successful confirms */
+    uint64_t releases;     /* successful releases */
+    uint64_t renewals;     /* successful renews */
+    uint64_t mismatches;   /* ACEMQ_EMISMATCH answers */
+    uint64_t expirations;  /* records forgotten because their retention ran out */
+    uint64_t evictions;    /* confirmed records dropped early to stay within max_entries */
+    uint64_t errors;       /* calls that failed with any other error */
+} acemq_idem_stats;
+
+typedef struct acemq_idem acemq_idem;
+
+/* Opens a store by URL:
+ *   memory:                          in-process (query: ?max_entries=N)
+ *   sqlite:/path/to.db, sqlite:rel.db  an SQLite file in WAL mode
+ *                                    (query: ?synchronous=off|normal|full&busy_timeout_ms=N)
+ * o may be NULL for the defaults; URL query values override o. On failure *out
+ * is NULL and the return value says why. */
+ACEMQ_EXTERN int acemq_idem_open(acemq_idem **out, const char *url, const acemq_idem_options *o);
+/* Closes the store; accepts NULL. Claims still held stay in a durable store
+ * and run out with their lease. */
+ACEMQ_EXTERN void acemq_idem_close(acemq_idem *h);
+
+/* The backend's name: "memory", "sqlite". */
+ACEMQ_EXTERN const char *acemq_idem_backend(const acemq_idem *h);
+
+/* Takes ownership of an id, or says why not. Returns ACEMQ_CLAIMED,
+ * ACEMQ_ALREADY_CONFIRMED, ACEMQ_IN_PROGRESS, or a negative error. opts may be
+ * NULL; out must not be. */
+ACEMQ_EXTERN int acemq_idem_try_claim(acemq_idem *h, const void *id, size_t id_len,
+                                      const acemq_claim_opts *opts, acemq_claim *out);
+
+/* The two-state form: 1 when the caller now owns the id (*token set), 0 when
+ * it is confirmed or held elsewhere, negative on error. Prefer try_claim(). */
+ACEMQ_EXTERN int acemq_idem_claim(acemq_idem *h, const void *id, size_t id_len, uint64_t *token);
+
+/* Records that the work completed. ACEMQ_ESTALE when token is not the id's
+ * current claim. Confirming twice with the same token is not an error. */
+ACEMQ_EXTERN int acemq_idem_confirm(acemq_idem *h, const void *id, size_t id_len, uint64_t token);
+/* confirm() that also stores result bytes (at most ACEMQ_IDEM_RESULT_MAX), handed
+ * back to a later try_claim() that finds the id confirmed. */
+ACEMQ_EXTERN int acemq_idem_confirm_result(acemq_idem *h, const void *id, size_t id_len,
+                                           uint64_t token, const void *result, size_t result_len);
+
+/* Gives up a claim without completing it, so the message can be tried again. */
+ACEMQ_EXTERN int acemq_idem_release(acemq_idem *h, const void *id, size_t id_len, uint64_t token);
+
+/* Extends a held claim to now + lease_ms (0: the default lease). */
+ACEMQ_EXTERN int acemq_idem_renew(acemq_idem *h, const void *id, size_t id_len, uint64_t token,
+                                  int64_t lease_ms);
+
+/* 1 when the work for id is known to have completed, 0 when not, negative on error. */
+ACEMQ_EXTERN int acemq_idem_is_confirmed(acemq_idem *h, const void *id, size_t id_len);
+
+/* Removes what has expired: confirmed ids past their retention, and released
+ * or abandoned claims idle for longer than the retention. *purged (may be
+ * NULL) gets how many records went. */
+ACEMQ_EXTERN int acemq_idem_purge(acemq_idem *h, uint64_t *purged);
+
+/* Copies the counters. */
+ACEMQ_EXTERN int acemq_idem_stats_get(acemq_idem *h, acemq_idem_stats *out);
+
+/* The last error this handle met, in the backend's own words where it had some
+ * (what SQLite said, for instance). "" when none. With h NULL: why the last
+ * open in this thread failed. The text is copied per thread: it stays valid in
+ * the calling thread until its next errmsg call. */
+ACEMQ_EXTERN const char *acemq_idem_errmsg(acemq_idem *h);
+
+/* The name of a try_claim result: "CLAIMED", "ALREADY_CONFIRMED", "IN_PROGRESS". */
+ACEMQ_EXTERN const char *acemq_claim_status_name(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

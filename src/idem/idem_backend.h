@@ -1,0 +1,88 @@
+/* idem_backend.h — the contract between the generic idempotency layer and a backend.
+ *
+ * A backend is a versioned table of function pointers (SQLite's VFS is the
+ * model): `version` first, slots only ever appended, a newer slot may be NULL
+ * and the core checks `version` before calling it. The generic layer (idem.c)
+ * validates every argument, reads the clock once per call, counts outcomes and
+ * keeps the error text, so a backend sees only checked input and the time.
+ */
+#ifndef ACEMQ_IDEM_BACKEND_H
+#define ACEMQ_IDEM_BACKEND_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include "acemq/idem.h"
+#include "core/url.h"
+
+#define ACEMQ__IDEM_METHODS_VERSION 1
+
+/* A checked, non-empty byte string no longer than its limit. */
+typedef struct acemq__bytes {
+    const unsigned char *data;
+    size_t len;
+} acemq__bytes;
+
+/* What try_claim hands the backend: all times already resolved. */
+typedef struct acemq__claim_args {
+    int64_t now_ms;
+    int64_t lease_until_ms;   /* now + lease */
+    acemq__bytes fingerprint; /* len 0: none given */
+    void *result_buf;
+    size_t result_cap;
+} acemq__claim_args;
+
+typedef struct acemq__idem_methods {
+    int version; /* ACEMQ__IDEM_METHODS_VERSION the table was written against */
+    const char *name;
+    /* Frees the backend state in h->self. */
+    void (*close)(acemq_idem *h);
+    /* Returns an acemq_claim_status or a negative error; fills *out and sets
+     * out->takeover when a lease that had run out was taken over. */
+    int (*try_claim)(acemq_idem *h, const acemq__bytes *id, const acemq__claim_args *a,
+                     acemq_claim *out);
+    /* result.len 0: no result. expires_ms: when the confirmed record may go. */
+    int (*confirm)(acemq_idem *h, const acemq__bytes *id, uint64_t token,
+                   const acemq__bytes *result, int64_t now_ms, int64_t expires_ms);
+    int (*release)(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms);
+    int (*renew)(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms,
+                 int64_t lease_until_ms);
+    /* 1 confirmed (and not past retention), 0 not, negative error. */
+    int (*is_confirmed)(acemq_idem *h, const acemq__bytes *id, int64_t now_ms);
+    /* Removes confirmed records with expires <= now, and released or
+     * abandoned claims idle since before now - retention. */
+    int (*purge)(acemq_idem *h, int64_t now_ms, uint64_t *purged);
+} acemq__idem_methods;
+
+/* Counters a backend may bump itself: the ones only it can see. */
+typedef struct acemq__idem_counters {
+    atomic_uint_fast64_t claimed, duplicates, in_progress, takeovers, stale_tokens, confirms,
+        releases, renewals, mismatches, expirations, evictions, errors;
+} acemq__idem_counters;
+
+struct acemq_idem {
+    const acemq__idem_methods *methods;
+    void *self; /* the backend's state */
+    acemq_idem_options opts;
+    acemq_clock clock;
+    acemq__idem_counters counters;
+    pthread_mutex_t err_lock; /* guards errmsg: handles are shared across threads */
+    char errmsg[512];
+};
+
+/* Records an error's text on the handle and returns code, so a backend can
+ * write `return acemq__idem_fail(h, ACEMQ_EIO, "sqlite: %s", sqlite3_errmsg(db));`. */
+int acemq__idem_fail(acemq_idem *h, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Makes a handle with validated options (o may be NULL) and no backend yet. */
+int acemq__idem_new(acemq_idem **out, const acemq_idem_options *o);
+/* Frees a handle whose backend failed to open; its error text stays readable
+ * in this thread through acemq_idem_errmsg(NULL). */
+void acemq__idem_free(acemq_idem *h);
+
+/* Backend entry points: each fills h->methods and h->self, or returns an
+ * error with its text already on h. */
+int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url);
+int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url);
+
+#endif

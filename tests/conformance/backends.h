@@ -1,0 +1,16 @@
+/* backends.h — fresh stores of a named backend for the suites that run per backend. */
+#ifndef ACEMQ_TEST_BACKENDS_H
+#define ACEMQ_TEST_BACKENDS_H
+
+#include <stddef.h>
+#include "acemq/idem.h"
+
+/* Writes a URL naming a new, empty store of backend ("memory" or "sqlite")
+ * into url. SQLite files go to a fresh temporary folder that is removed at
+ * exit. Returns 0, or -1 for an unknown backend name. */
+int test_backend_fresh_url(const char *backend, char *url, size_t cap);
+
+/* Backend name from argv[1], or exits with a usage message. */
+const char *test_backend_from_args(int argc, char **argv);
+
+#endif

@@ -1,0 +1,627 @@
+/* test_sqlite_idem.c — what only the SQLite backend does: two processes on one
+ * file, durability across reopen, the caller's connection and transaction,
+ * schema versions, URL parameters, SQLite's error text and the token scheme.
+ *
+ * Time moves only through a manual clock; nothing sleeps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "acemq/acemq.h"
+#include "acemq/sqlite.h"
+#include "conformance/backends.h"
+#include "core/url.h"
+#include "idem/idem_backend.h"
+
+#define T0 1700000000000LL
+#define LEASE 30000
+#define RETENTION 3600000
+
+typedef struct fixture {
+    acemq_manual_clock *clock;
+    char url[512];
+    const char *path; /* inside url */
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_int_equal(acemq_manual_clock_new(&f->clock, T0), 0);
+    assert_int_equal(test_backend_fresh_url("sqlite", f->url, sizeof f->url), 0);
+    f->path = f->url + strlen("sqlite:");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    acemq_manual_clock_free(f->clock);
+    free(f);
+    return 0;
+}
+
+static void options(fixture *f, acemq_idem_options *o)
+{
+    acemq_idem_options_init(o);
+    o->clock = acemq_manual_clock_get(f->clock);
+    o->lease_ms = LEASE;
+    o->retention_ms = RETENTION;
+    o->synchronous = ACEMQ_SYNC_NORMAL;
+}
+
+static acemq_idem *open_url(fixture *f, const char *url)
+{
+    acemq_idem_options o;
+    options(f, &o);
+    acemq_idem *h = NULL;
+    int rc = acemq_idem_open(&h, url, &o);
+    if (rc != 0) fail_msg("open %s: %s", url, acemq_err_name(rc));
+    assert_string_equal(acemq_idem_backend(h), "sqlite");
+    return h;
+}
+
+static sqlite3 *open_raw(const char *path)
+{
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK) fail_msg("sqlite3_open_v2 %s: %s", path, sqlite3_errstr(rc));
+    return db;
+}
+
+static void exec_ok(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) fail_msg("%s: %s", sql, err);
+}
+
+/* First column of the first row as an integer, for pragmas and counts. */
+static int64_t query_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static int claim(acemq_idem *h, const char *id, acemq_claim *c)
+{
+    return acemq_idem_try_claim(h, id, strlen(id), NULL, c);
+}
+
+/* ---- two processes -------------------------------------------------------- */
+
+enum { RACE_IDS = 2000 };
+
+/* In a child: cmocka's asserts must not run here, and exit() would run the
+ * parent's atexit cleanup and delete the database under the other child. */
+static void race_child(const char *url, int go_fd, int report_fd)
+{
+    char byte;
+    if (read(go_fd, &byte, 1) < 0) _exit(10);
+    acemq_manual_clock *clock = NULL;
+    if (acemq_manual_clock_new(&clock, T0) != 0) _exit(11);
+    acemq_idem_options o;
+    acemq_idem_options_init(&o);
+    o.clock = acemq_manual_clock_get(clock);
+    o.synchronous = ACEMQ_SYNC_NORMAL;
+    o.busy_timeout_ms = 60000;
+    acemq_idem *h = NULL;
+    if (acemq_idem_open(&h, url, &o) != 0) _exit(12);
+    static unsigned char claimed[RACE_IDS];
+    for (int i = 0; i < RACE_IDS; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "race-%d", i);
+        acemq_claim c;
+        int rc = acemq_idem_try_claim(h, id, strlen(id), NULL, &c);
+        if (rc == ACEMQ_CLAIMED) {
+            claimed[i] = 1;
+            if (acemq_idem_confirm(h, id, strlen(id), c.token) != 0) _exit(13);
+        } else if (rc != ACEMQ_ALREADY_CONFIRMED && rc != ACEMQ_IN_PROGRESS) {
+            fprintf(stderr, "child %d: %s: %s\n", (int)getpid(), acemq_err_name(rc),
+                    acemq_idem_errmsg(h));
+            _exit(14);
+        }
+    }
+    acemq_idem_close(h);
+    acemq_manual_clock_free(clock);
+    size_t off = 0;
+    while (off < sizeof claimed) {
+        ssize_t n = write(report_fd, claimed + off, sizeof claimed - off);
+        if (n <= 0) _exit(15);
+        off += (size_t)n;
+    }
+    _exit(0);
+}
+
+static void two_processes_claim_each_id_once(void **state)
+{
+    fixture *f = *state;
+    /* The schema exists before the race, so the race is about the rows. */
+    acemq_idem_close(open_url(f, f->url));
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    int report[2][2];
+    pid_t pid[2];
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(pipe(report[k]), 0);
+        pid[k] = fork();
+        assert_true(pid[k] >= 0);
+        if (pid[k] == 0) {
+            close(go[1]);
+            close(report[k][0]);
+            race_child(f->url, go[0], report[k][1]);
+        }
+        close(report[k][1]);
+    }
+    close(go[0]);
+    close(go[1]); /* both children see EOF and start together */
+    static unsigned char claimed[2][RACE_IDS];
+    for (int k = 0; k < 2; k++) {
+        size_t off = 0;
+        while (off < RACE_IDS) {
+            ssize_t n = read(report[k][0], claimed[k] + off, RACE_IDS - off);
+            if (n <= 0) break;
+            off += (size_t)n;
+        }
+        close(report[k][0]);
+        int status = 0;
+        assert_int_equal(waitpid(pid[k], &status, 0), pid[k]);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail_msg("child %d failed: status %d", k, status);
+        assert_int_equal(off, RACE_IDS);
+    }
+    int per_child[2] = {0, 0};
+    for (int i = 0; i < RACE_IDS; i++) {
+        if (claimed[0][i] + claimed[1][i] != 1)
+            fail_msg("id race-%d claimed %d times", i, claimed[0][i] + claimed[1][i]);
+        per_child[0] += claimed[0][i];
+        per_child[1] += claimed[1][i];
+    }
+    print_message("claims split %d / %d\n", per_child[0], per_child[1]);
+    acemq_idem *h = open_url(f, f->url);
+    assert_int_equal(acemq_idem_is_confirmed(h, "race-0", 6), 1);
+    assert_int_equal(acemq_idem_is_confirmed(h, "race-1999", 9), 1);
+    acemq_idem_close(h);
+}
+
+/* ---- reopen --------------------------------------------------------------- */
+
+static void reopen_keeps_state(void **state)
+{
+    fixture *f = *state;
+    acemq_idem *h = open_url(f, f->url);
+    acemq_claim c;
+    assert_int_equal(claim(h, "done", &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm_result(h, "done", 4, c.token, "ok", 2), 0);
+    assert_int_equal(claim(h, "held", &c), ACEMQ_CLAIMED);
+    uint64_t held_token = c.token;
+    acemq_idem_close(h); /* a crash, as far as "held" is concerned */
+
+    h = open_url(f, f->url);
+    assert_int_equal(acemq_idem_is_confirmed(h, "done", 4), 1);
+    char buf[8];
+    acemq_claim_opts co = {0};
+    co.result_buf = buf;
+    co.result_cap = sizeof buf;
+    assert_int_equal(acemq_idem_try_claim(h, "done", 4, &co, &c), ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(c.has_result, 1);
+    assert_int_equal(c.result_len, 2);
+    assert_memory_equal(buf, "ok", 2);
+    assert_int_equal(claim(h, "held", &c), ACEMQ_IN_PROGRESS);
+    assert_int_equal(c.lease_until_ms, T0 + LEASE);
+    acemq_manual_clock_advance(f->clock, LEASE);
+    assert_int_equal(claim(h, "held", &c), ACEMQ_CLAIMED);
+    assert_int_equal(c.takeover, 1);
+    assert_true(c.token > held_token);
+    /* The dead holder's token is fenced off. */
+    assert_int_equal(acemq_idem_confirm(h, "held", 4, held_token), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_confirm(h, "held", 4, c.token), 0);
+    acemq_idem_close(h);
+}
+
+/* ---- the caller's connection ---------------------------------------------- */
+
+static void caller_transaction(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_raw(f->path);
+    acemq_idem_options o;
+    options(f, &o);
+    o.flags = ACEMQ_IDEM_CONFIRM_IN_CALLER_TX;
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open_sqlite(&h, db, &o), 0);
+    assert_string_equal(acemq_idem_backend(h), "sqlite");
+    /* The caller's connection keeps its own journal mode. */
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "delete");
+    sqlite3_finalize(st);
+
+    acemq_claim c;
+    assert_int_equal(claim(h, "order-1", &c), ACEMQ_CLAIMED);
+    /* No transaction open: refused, nothing written. */
+    assert_int_equal(acemq_idem_confirm(h, "order-1", 7, c.token), ACEMQ_ENOTX);
+    assert_non_null(strstr(acemq_idem_errmsg(h), "transaction"));
+    assert_int_equal(acemq_idem_is_confirmed(h, "order-1", 7), 0);
+
+    /* Rolled back with the caller's work: unconfirmed, and still held. */
+    exec_ok(db, "BEGIN");
+    assert_int_equal(acemq_idem_confirm(h, "order-1", 7, c.token), 0);
+    exec_ok(db, "ROLLBACK");
+    assert_int_equal(acemq_idem_is_confirmed(h, "order-1", 7), 0);
+    acemq_claim again;
+    assert_int_equal(claim(h, "order-1", &again), ACEMQ_IN_PROGRESS);
+
+    /* Committed with the caller's work. */
+    exec_ok(db, "BEGIN");
+    exec_ok(db, "CREATE TABLE orders(id TEXT)");
+    assert_int_equal(acemq_idem_confirm(h, "order-1", 7, c.token), 0);
+    exec_ok(db, "COMMIT");
+    assert_int_equal(acemq_idem_is_confirmed(h, "order-1", 7), 1);
+    assert_int_equal(claim(h, "order-1", &again), ACEMQ_ALREADY_CONFIRMED);
+
+    /* A claim that needs several statements runs in a savepoint inside the
+     * caller's transaction and rolls back with it. */
+    assert_int_equal(claim(h, "order-2", &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_release(h, "order-2", 7, c.token), 0);
+    exec_ok(db, "BEGIN");
+    assert_int_equal(claim(h, "order-2", &again), ACEMQ_CLAIMED);
+    assert_true(again.token > c.token);
+    exec_ok(db, "ROLLBACK");
+    assert_int_equal(acemq_idem_confirm(h, "order-2", 7, again.token), ACEMQ_ENOTX);
+    exec_ok(db, "BEGIN");
+    assert_int_equal(acemq_idem_confirm(h, "order-2", 7, again.token), ACEMQ_ESTALE);
+    exec_ok(db, "COMMIT");
+
+    acemq_idem_close(h);
+    /* The library never closed db, and left no statement behind on it. */
+    assert_null(sqlite3_next_stmt(db, NULL));
+    assert_int_equal(query_int(db, "SELECT count(*) FROM orders"), 0);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* Opening inside the caller's transaction creates the schema in a savepoint. */
+static void caller_open_inside_transaction(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_raw(f->path);
+    exec_ok(db, "BEGIN");
+    acemq_idem_options o;
+    options(f, &o);
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open_sqlite(&h, db, &o), 0);
+    assert_int_equal(sqlite3_get_autocommit(db), 0);
+    acemq_claim c;
+    assert_int_equal(claim(h, "x", &c), ACEMQ_CLAIMED);
+    exec_ok(db, "COMMIT");
+    assert_int_equal(claim(h, "x", &c), ACEMQ_IN_PROGRESS);
+    acemq_idem_close(h);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+    assert_int_equal(acemq_idem_open_sqlite(&h, NULL, &o), ACEMQ_EINVAL);
+    assert_null(h);
+}
+
+/* ---- schema, URL, errors -------------------------------------------------- */
+
+static void newer_schema_refused(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_raw(f->path);
+    exec_ok(db, "CREATE TABLE acemq_schema_version(component TEXT PRIMARY KEY,"
+                " version INTEGER NOT NULL);"
+                "INSERT INTO acemq_schema_version VALUES('idem', 2)");
+    acemq_idem_options o;
+    options(f, &o);
+    acemq_idem *h = (acemq_idem *)1;
+    assert_int_equal(acemq_idem_open(&h, f->url, &o), ACEMQ_ESCHEMA);
+    assert_null(h);
+    h = (acemq_idem *)1;
+    assert_int_equal(acemq_idem_open_sqlite(&h, db, &o), ACEMQ_ESCHEMA);
+    assert_null(h);
+    /* Nothing was created next to the newer schema. */
+    assert_int_equal(query_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'acemq_idem'"),
+                     0);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* Every connection opened in this process, newest last: a caller-visible way
+ * to look at the connection a URL-opened store made for itself. */
+static sqlite3 *last_opened;
+
+static int note_connection(sqlite3 *db, const char **err, const struct sqlite3_api_routines *api)
+{
+    (void)err;
+    (void)api;
+    last_opened = db;
+    return SQLITE_OK;
+}
+
+static void url_parameters(void **state)
+{
+    fixture *f = *state;
+    char url[700];
+    assert_int_equal(sqlite3_auto_extension((void (*)(void))note_connection), SQLITE_OK);
+    snprintf(url, sizeof url, "%s?synchronous=normal&busy_timeout_ms=250", f->url);
+    last_opened = NULL;
+    acemq_idem *h = open_url(f, url);
+    assert_non_null(last_opened);
+    assert_int_equal(query_int(last_opened, "PRAGMA synchronous"), 1);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(last_opened, "PRAGMA journal_mode", -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    acemq_idem_close(h);
+
+    snprintf(url, sizeof url, "%s?synchronous=off", f->url);
+    h = open_url(f, url);
+    assert_int_equal(query_int(last_opened, "PRAGMA synchronous"), 0);
+    acemq_idem_close(h);
+    /* Without the parameter, the options decide. */
+    acemq_idem_options o;
+    options(f, &o);
+    o.synchronous = ACEMQ_SYNC_FULL;
+    assert_int_equal(acemq_idem_open(&h, f->url, &o), 0);
+    assert_int_equal(query_int(last_opened, "PRAGMA synchronous"), 2);
+    acemq_idem_close(h);
+    assert_int_equal(sqlite3_cancel_auto_extension((void (*)(void))note_connection), 1);
+
+    static const char *const bad[] = {"?synchronous=sometimes", "?busy_timeout_ms=soon",
+                                      "?busy_timeout_ms=-1", "?journal_mode=delete",
+                                      "?synchronous=full&colour=blue"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(url, sizeof url, "%s%s", f->url, bad[i]);
+        h = (acemq_idem *)1;
+        int rc = acemq_idem_open(&h, url, &o);
+        if (rc != ACEMQ_EURL) fail_msg("%s: %s", url, acemq_err_name(rc));
+        assert_null(h);
+    }
+    h = (acemq_idem *)1;
+    assert_int_equal(acemq_idem_open(&h, "sqlite:", &o), ACEMQ_EURL);
+    assert_int_equal(acemq_idem_open(&h, "sqlite://host/x.db", &o), ACEMQ_EURL);
+    /* An in-memory database has no WAL and needs none: it is private. */
+    assert_int_equal(acemq_idem_open(&h, "sqlite::memory:", &o), 0);
+    acemq_claim c;
+    assert_int_equal(claim(h, "m", &c), ACEMQ_CLAIMED);
+    assert_int_equal(claim(h, "m", &c), ACEMQ_IN_PROGRESS);
+    acemq_idem_close(h);
+    /* Joining a caller's transaction needs the caller's connection. */
+    o.flags = ACEMQ_IDEM_CONFIRM_IN_CALLER_TX;
+    assert_int_equal(acemq_idem_open(&h, f->url, &o), ACEMQ_EINVAL);
+}
+
+/* acemq_idem_open frees the handle on failure, so the message is read through
+ * the backend's own entry point on a handle the test keeps. */
+static int open_keeping_handle(fixture *f, const char *url, acemq_idem **out)
+{
+    acemq_idem_options o;
+    options(f, &o);
+    assert_int_equal(acemq__idem_new(out, &o), 0);
+    acemq__url u;
+    assert_int_equal(acemq__url_parse(&u, url), 0);
+    int rc = acemq__idem_open_sqlite_url(*out, &u);
+    acemq__url_free(&u);
+    return rc;
+}
+
+static void unwritable_path(void **state)
+{
+    fixture *f = *state;
+    char url[700];
+    snprintf(url, sizeof url, "%s.d/no/such/dir/idem.db", f->url);
+    acemq_idem *h = (acemq_idem *)1;
+    acemq_idem_options o;
+    options(f, &o);
+    int rc = acemq_idem_open(&h, url, &o);
+    assert_true(rc < 0);
+    assert_null(h);
+
+    rc = open_keeping_handle(f, url, &h);
+    assert_int_equal(rc, ACEMQ_EIO);
+    const char *msg = acemq_idem_errmsg(h);
+    if (!strstr(msg, "unable to open database file")) fail_msg("errmsg: %s", msg);
+    assert_non_null(strstr(msg, "no/such/dir"));
+    assert_null(h->self);
+    acemq__idem_free(h);
+
+    /* A file that is not a database: SQLite's words again. */
+    FILE *junk = fopen(f->path, "w");
+    assert_non_null(junk);
+    for (int i = 0; i < 200; i++)
+        fputs("this is not an sqlite database, just text. ", junk);
+    fclose(junk);
+    rc = open_keeping_handle(f, f->url, &h);
+    assert_int_equal(rc, ACEMQ_EIO);
+    msg = acemq_idem_errmsg(h);
+    if (!strstr(msg, "not a database")) fail_msg("errmsg: %s", msg);
+    acemq__idem_free(h);
+}
+
+/* A writer that holds the lock past busy_timeout_ms makes the call fail with
+ * EBUSY and SQLite's text, and leaves nothing half-written. */
+static void busy_gives_up(void **state)
+{
+    fixture *f = *state;
+    char url[700];
+    snprintf(url, sizeof url, "%s?busy_timeout_ms=0", f->url);
+    acemq_idem *h = open_url(f, url);
+    snprintf(url, sizeof url, "%s?busy_timeout_ms=20", f->url);
+    acemq_idem *patient = open_url(f, url);
+    acemq_claim c;
+    assert_int_equal(claim(h, "released", &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_release(h, "released", 8, c.token), 0);
+
+    sqlite3 *other = open_raw(f->path);
+    exec_ok(other, "BEGIN IMMEDIATE");
+    assert_int_equal(claim(h, "new", &c), ACEMQ_EBUSY);
+    assert_non_null(strstr(acemq_idem_errmsg(h), "database is locked"));
+    assert_int_equal(claim(patient, "new", &c), ACEMQ_EBUSY);
+    assert_int_equal(claim(patient, "released", &c), ACEMQ_EBUSY);
+    /* Reads do not wait for writers in WAL mode. */
+    assert_int_equal(acemq_idem_is_confirmed(h, "new", 3), 0);
+    exec_ok(other, "COMMIT");
+    assert_int_equal(sqlite3_close(other), SQLITE_OK);
+
+    assert_int_equal(claim(patient, "new", &c), ACEMQ_CLAIMED);
+    assert_int_equal(claim(patient, "released", &c), ACEMQ_CLAIMED);
+    acemq_idem_stats s;
+    assert_int_equal(acemq_idem_stats_get(h, &s), 0);
+    assert_int_equal(s.errors, 1);
+    acemq_idem_close(patient);
+    acemq_idem_close(h);
+}
+
+/* ---- ids and tokens ------------------------------------------------------- */
+
+static void binary_ids_verbatim(void **state)
+{
+    fixture *f = *state;
+    acemq_idem *h = open_url(f, f->url);
+    static const char id[] = "a\0'b\"c\0;--\\\0";
+    const size_t len = sizeof id - 1;
+    acemq_claim c;
+    assert_int_equal(acemq_idem_try_claim(h, id, len, NULL, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm(h, id, len, c.token), 0);
+    assert_int_equal(acemq_idem_is_confirmed(h, id, len), 1);
+    /* Prefixes up to a NUL are other ids. */
+    assert_int_equal(acemq_idem_is_confirmed(h, id, 1), 0);
+    assert_int_equal(acemq_idem_is_confirmed(h, "a", 1), 0);
+    assert_int_equal(acemq_idem_try_claim(h, id, len - 1, NULL, &c), ACEMQ_CLAIMED);
+    acemq_idem_close(h);
+
+    sqlite3 *db = open_raw(f->path);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(
+        sqlite3_prepare_v2(db, "SELECT id, typeof(id) FROM acemq_idem ORDER BY id", -1, &st, NULL),
+        SQLITE_OK);
+    int found = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        assert_string_equal((const char *)sqlite3_column_text(st, 1), "blob");
+        if ((size_t)sqlite3_column_bytes(st, 0) == len &&
+            memcmp(sqlite3_column_blob(st, 0), id, len) == 0)
+            found++;
+    }
+    sqlite3_finalize(st);
+    assert_int_equal(found, 1);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+static void tokens_grow(void **state)
+{
+    fixture *f = *state;
+    acemq_idem_options o;
+    options(f, &o);
+    o.retention_ms = 1000;
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open(&h, f->url, &o), 0);
+    acemq_claim c;
+    assert_int_equal(claim(h, "t", &c), ACEMQ_CLAIMED);
+    uint64_t t1 = c.token;
+    assert_int_equal(acemq_idem_release(h, "t", 1, t1), 0);
+    assert_int_equal(claim(h, "t", &c), ACEMQ_CLAIMED);
+    uint64_t t2 = c.token;
+    assert_true(t2 > t1);
+    assert_int_equal(c.takeover, 0);
+    /* The released token stays dead. */
+    assert_int_equal(acemq_idem_release(h, "t", 1, t1), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_renew(h, "t", 1, t1, 0), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_release(h, "t", 1, t2), 0);
+
+    /* Purge forgets the released row only after retention; a later claim
+     * still gets a larger token. */
+    uint64_t purged = 99;
+    assert_int_equal(acemq_idem_purge(h, &purged), 0);
+    assert_int_equal(purged, 0);
+    acemq_manual_clock_advance(f->clock, 1000);
+    assert_int_equal(acemq_idem_purge(h, &purged), 0);
+    assert_int_equal(purged, 1);
+    assert_int_equal(claim(h, "t", &c), ACEMQ_CLAIMED);
+    uint64_t t3 = c.token;
+    assert_true(t3 > t2);
+    assert_int_equal(acemq_idem_confirm(h, "t", 1, t2), ACEMQ_ESTALE);
+
+    /* An expired confirmation is a new claim with a larger token, as is a
+     * takeover. */
+    assert_int_equal(acemq_idem_confirm(h, "t", 1, t3), 0);
+    acemq_manual_clock_advance(f->clock, 1000);
+    assert_int_equal(claim(h, "t", &c), ACEMQ_CLAIMED);
+    assert_int_equal(c.takeover, 0);
+    uint64_t t4 = c.token;
+    acemq_idem_stats st;
+    assert_int_equal(acemq_idem_stats_get(h, &st), 0);
+    assert_int_equal(st.expirations, 2); /* one purged, one forgotten on reclaim */
+    assert_true(t4 > t3);
+    acemq_manual_clock_advance(f->clock, LEASE);
+    assert_int_equal(claim(h, "t", &c), ACEMQ_CLAIMED);
+    assert_int_equal(c.takeover, 1);
+    assert_true(c.token > t4);
+    acemq_idem_close(h);
+}
+
+/* Fingerprints persist, and the abandoned-claim purge waits for retention. */
+static void fingerprints_and_abandoned(void **state)
+{
+    fixture *f = *state;
+    acemq_idem *h = open_url(f, f->url);
+    acemq_claim_opts a = {0}, b = {0};
+    a.fingerprint = "AAAA";
+    a.fingerprint_len = 4;
+    b.fingerprint = "BBBB";
+    b.fingerprint_len = 4;
+    acemq_claim c;
+    assert_int_equal(acemq_idem_try_claim(h, "fp", 2, &a, &c), ACEMQ_CLAIMED);
+    acemq_idem_close(h);
+    h = open_url(f, f->url);
+    assert_int_equal(acemq_idem_try_claim(h, "fp", 2, &b, &c), ACEMQ_EMISMATCH);
+    acemq_manual_clock_advance(f->clock, LEASE);
+    assert_int_equal(acemq_idem_try_claim(h, "fp", 2, &b, &c), ACEMQ_EMISMATCH);
+    /* No fingerprint given: the stored one is kept for the next claimer. */
+    assert_int_equal(acemq_idem_try_claim(h, "fp", 2, NULL, &c), ACEMQ_CLAIMED);
+    assert_int_equal(c.takeover, 1);
+    acemq_manual_clock_advance(f->clock, LEASE);
+    assert_int_equal(acemq_idem_try_claim(h, "fp", 2, &b, &c), ACEMQ_EMISMATCH);
+    /* Abandoned claims go once idle for the retention period. */
+    uint64_t purged = 99;
+    assert_int_equal(acemq_idem_purge(h, &purged), 0);
+    assert_int_equal(purged, 0);
+    acemq_manual_clock_advance(f->clock, RETENTION);
+    assert_int_equal(acemq_idem_purge(h, &purged), 0);
+    assert_int_equal(purged, 1);
+    assert_int_equal(acemq_idem_try_claim(h, "fp", 2, &b, &c), ACEMQ_CLAIMED);
+    acemq_idem_close(h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(two_processes_claim_each_id_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(reopen_keeps_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(caller_transaction, setup, teardown),
+        cmocka_unit_test_setup_teardown(caller_open_inside_transaction, setup, teardown),
+        cmocka_unit_test_setup_teardown(newer_schema_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(url_parameters, setup, teardown),
+        cmocka_unit_test_setup_teardown(unwritable_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(busy_gives_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(binary_ids_verbatim, setup, teardown),
+        cmocka_unit_test_setup_teardown(tokens_grow, setup, teardown),
+        cmocka_unit_test_setup_teardown(fingerprints_and_abandoned, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("sqlite idem", tests, NULL, NULL);
+}
