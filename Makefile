@@ -29,7 +29,7 @@ demo: build
 bench: deps
 	cmake -S . -B $(BUILD_BENCH) -DCMAKE_BUILD_TYPE=Release -DACEMQ_BUILD_TESTS=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD_BENCH) -j $(JOBS)
-	$(BUILD_BENCH)/bench/bench_idem --out bench/results/latest.jsonl
+	cmake --build $(BUILD_BENCH) --target bench
 
 install: build
 	cmake --install $(BUILD)

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# services.sh — starts and stops the real servers that integration tests and
+# benchmarks talk to, each on loopback, on its own port, with its own data under
+# $ACEMQ_SERVICES_DIR, so nothing here touches a system-wide instance.
+#
+#   scripts/services.sh start  redis|postgres|rabbitmq|all
+#   scripts/services.sh stop   redis|postgres|rabbitmq|all
+#   scripts/services.sh status redis|postgres|rabbitmq|all
+#   scripts/services.sh env    [redis|postgres|rabbitmq|all]   (prints export lines)
+#
+# Environment: ACEMQ_SERVICES_DIR (default /tmp/acemq-services),
+# ACEMQ_REDIS_PORT (default 6390).
+#
+# Exit codes: 0 done; 1 failed; 2 usage, or a service not supported yet;
+# 3 the server's binary is not installed (scripts/deps.sh installs it).
+#
+# A service NAME is supported when svc_NAME_start, svc_NAME_stop,
+# svc_NAME_status and svc_NAME_env are defined below: adding postgres or
+# rabbitmq means writing those four functions and nothing else. `all` goes
+# over SERVICES and skips, with a note, those not written yet, so CI can say
+# `start all` today and keep saying it as services are added.
+set -euo pipefail
+
+SERVICES="redis postgres rabbitmq"
+SERVICES_DIR="${ACEMQ_SERVICES_DIR:-/tmp/acemq-services}"
+REDIS_PORT="${ACEMQ_REDIS_PORT:-6390}"
+# How long a server gets to answer after it was started, in tenths of a second.
+WAIT_TENTHS=100
+
+say() { printf 'services: %s\n' "$*"; }
+die() {
+    printf 'services: %s\n' "$*" >&2
+    exit 1
+}
+
+# A pid from a pidfile, if that process is still alive.
+live_pid() {
+    local pidfile=$1 pid
+    [ -s "$pidfile" ] || return 1
+    pid=$(cat "$pidfile")
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    printf '%s\n' "$pid"
+}
+
+# --- redis ---------------------------------------------------------------
+
+REDIS_DIR="$SERVICES_DIR/redis"
+
+redis_ping() {
+    [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]
+}
+
+svc_redis_start() {
+    if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+        say "redis: redis-server/redis-cli not installed (scripts/deps.sh installs them)" >&2
+        exit 3
+    fi
+    if redis_ping; then
+        say "redis: already running on 127.0.0.1:$REDIS_PORT"
+        return 0
+    fi
+    mkdir -p "$REDIS_DIR"
+    say "redis: starting on 127.0.0.1:$REDIS_PORT, data in $REDIS_DIR"
+    # No persistence: these instances are thrown away, and an fsync-ing
+    # server would make the benchmark's peer slower than the real thing
+    # callers run in production with their own settings.
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
+        --dir "$REDIS_DIR" --daemonize yes \
+        --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log" \
+        --save '' --appendonly no >/dev/null ||
+        die "redis: redis-server failed to start; see $REDIS_DIR/redis.log"
+    local i
+    for ((i = 0; i < WAIT_TENTHS; i++)); do
+        if redis_ping; then
+            say "redis: up (pid $(cat "$REDIS_DIR/redis.pid" 2>/dev/null || echo '?'))"
+            return 0
+        fi
+        sleep 0.1
+    done
+    tail -n 20 "$REDIS_DIR/redis.log" >&2 2>/dev/null || true
+    die "redis: no PONG on 127.0.0.1:$REDIS_PORT after $((WAIT_TENTHS / 10)) s"
+}
+
+svc_redis_stop() {
+    local pid
+    if pid=$(live_pid "$REDIS_DIR/redis.pid"); then
+        say "redis: stopping pid $pid on 127.0.0.1:$REDIS_PORT"
+        redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+        local i
+        for ((i = 0; i < WAIT_TENTHS; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            say "redis: pid $pid ignored shutdown; sending SIGKILL"
+            kill -9 "$pid" 2>/dev/null || true
+        fi
+    elif redis_ping; then
+        # Something answers on our port but it is not ours (no pidfile):
+        # leave it alone rather than shut down somebody else's server.
+        say "redis: 127.0.0.1:$REDIS_PORT answers but was not started from $REDIS_DIR; left running"
+    else
+        say "redis: not running"
+    fi
+    if [ -d "$REDIS_DIR" ]; then
+        say "redis: removing $REDIS_DIR"
+        rm -rf -- "$REDIS_DIR"
+    fi
+}
+
+svc_redis_status() {
+    if redis_ping; then
+        say "redis: running on 127.0.0.1:$REDIS_PORT"
+    else
+        say "redis: not running"
+        return 1
+    fi
+}
+
+svc_redis_env() {
+    printf 'export ACEMQ_REDIS_PORT=%s\n' "$REDIS_PORT"
+    printf 'export ACEMQ_REDIS_URL=redis://127.0.0.1:%s\n' "$REDIS_PORT"
+}
+
+# --- dispatch ------------------------------------------------------------
+
+supported() { declare -F "svc_$1_start" >/dev/null; }
+
+usage() {
+    echo "usage: $0 start|stop|status|env [redis|postgres|rabbitmq|all]" >&2
+    exit 2
+}
+
+# run ACTION NAME: one service; an unsupported one fails with 2 when named
+# alone and is skipped under `all`.
+run() {
+    local action=$1 name=$2 quiet_skip=$3
+    case " $SERVICES " in
+    *" $name "*) ;;
+    *)
+        echo "services: unknown service '$name' (known: $SERVICES)" >&2
+        exit 2
+        ;;
+    esac
+    if ! supported "$name"; then
+        if [ "$quiet_skip" = yes ]; then
+            [ "$action" = env ] || say "$name: not yet supported, skipped"
+            return 0
+        fi
+        say "$name: not yet supported" >&2
+        exit 2
+    fi
+    "svc_${name}_${action}"
+}
+
+[ $# -ge 1 ] || usage
+action=$1
+case "$action" in
+start | stop | status) [ $# -eq 2 ] || usage ;;
+env) [ $# -le 2 ] || usage ;;
+*) usage ;;
+esac
+target=${2:-all}
+
+if [ "$target" = all ]; then
+    rc=0
+    for s in $SERVICES; do
+        run "$action" "$s" yes || rc=1
+    done
+    # Leave no empty parent behind once the last service is gone.
+    [ "$action" != stop ] || rmdir -- "$SERVICES_DIR" 2>/dev/null || true
+    exit $rc
+fi
+run "$action" "$target" no
+if [ "$action" = stop ]; then rmdir -- "$SERVICES_DIR" 2>/dev/null || true; fi
