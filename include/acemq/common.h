@@ -61,7 +61,9 @@ typedef struct acemq_clock {
     void *ctx;
 } acemq_clock;
 
-/* The default: CLOCK_REALTIME in milliseconds since the Unix epoch. */
+/* The default: wall-clock milliseconds since the Unix epoch, read from the
+ * kernel's coarse clock where there is one (resolution one tick, 1-4 ms): for
+ * leases and retention, not for measuring latency. */
 ACEMQ_EXTERN const acemq_clock *acemq_clock_system(void);
 
 /* A clock that moves only when told to: for tests, and for callers that

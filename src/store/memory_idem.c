@@ -4,13 +4,16 @@
  * top bits of the id's XXH3 hash, so threads working on different ids rarely
  * meet on one lock. A shard's table is open-addressed (linear probing) over
  * slots that hold the full hash beside the entry pointer: a lookup of a new id,
- * the common case, reads one run of slots and touches no entry at all, which
- * matters more than anything else here because a cache miss costs more than
- * the rest of a claim. Bounded: each shard keeps at most its share of
- * max_entries. When a shard is full, room is made by dropping, in this order,
- * the oldest confirmed record (an expiration if its retention ran out, an
- * eviction otherwise) or the oldest claim whose lease has run out. A live claim
- * is never dropped: with nothing else left the claim fails with ACEMQ_EFULL.
+ * the common case, reads one run of slots and touches no entry at all. That
+ * one read is most of a claim's cost once the table outgrows the caches, so
+ * the slot arrays are sized for max_entries up front, in one mapping that asks
+ * for huge pages: no rehash ever runs under a shard lock, and a lookup costs a
+ * cache miss but no TLB miss. The mapping is reserved, not committed: pages
+ * become memory only as slots are used (32 bytes of index per entry at most). Bounded: each shard
+ * keeps at most its share of max_entries. When a shard is full, room is made by dropping, in this
+ * order, the oldest confirmed record (an expiration if its retention ran out, an eviction
+ * otherwise) or the oldest claim whose lease has run out. A live claim is never dropped: with
+ * nothing else left the claim fails with ACEMQ_EFULL.
  *
  * Invariants a reader must keep:
  *  - every entry is in its shard's hash chain and in exactly one of the two
@@ -21,8 +24,11 @@
  *    to the same shard, so its tokens grow with every claim and never repeat,
  *    even after its entry was released, evicted or forgotten.
  */
+/* mmap's MAP_ANONYMOUS and madvise's MADV_HUGEPAGE are not POSIX. */
+#define _DEFAULT_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 /* Inlined: ids are short, and the call into the shared library costs more
  * than hashing them. */
 #define XXH_INLINE_ALL
@@ -34,7 +40,10 @@ enum { STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 
 #define MAX_SHARD_BITS 6
 #define MIN_ENTRIES_PER_SHARD 1024
-#define INITIAL_SLOTS 64
+#define HUGE_PAGE ((size_t)2 << 20)
+/* The index is reserved up front, 21 to 43 bytes of address space per entry;
+ * a billion entries is far past what a memory store should hold. */
+#define MAX_ENTRIES_LIMIT (1LL << 30)
 
 typedef struct entry {
     struct entry *prev, *next; /* in `claims` or `confirmed` */
@@ -48,6 +57,7 @@ typedef struct entry {
     uint8_t fingerprint_len;
     uint8_t state;
     uint32_t id_len;
+    uint32_t id_cap; /* bytes allocated for id, so a dropped entry can be reused */
     unsigned char id[];
 } entry;
 
@@ -64,7 +74,7 @@ typedef struct slot {
 typedef struct shard {
     pthread_mutex_t lock;
     slot *slots;
-    size_t mask; /* slots - 1; the slot count is a power of two, at most 3/4 full */
+    size_t mask; /* slots - 1; the slot count is a power of two, never above 3/4 full */
     size_t count;
     uint64_t next_token;
     entry_list claims, confirmed;
@@ -75,6 +85,8 @@ typedef struct shard {
 
 typedef struct memory_store {
     shard *shards;
+    void *mapping; /* every shard's slots; mapping_len bytes */
+    size_t mapping_len;
     unsigned shard_bits;
     size_t per_shard_max;
     int64_t retention_ms;
@@ -159,8 +171,8 @@ static void remove_slot(shard *s, size_t i)
     s->slots[i].e = NULL;
 }
 
-/* Unlinks e from its table and list, and frees it. */
-static void drop(shard *s, entry *e)
+/* Unlinks e from its table and list without freeing it. */
+static void unlink_entry(shard *s, entry *e)
 {
     size_t i = e->hash & s->mask;
     while (s->slots[i].e != e)
@@ -168,34 +180,19 @@ static void drop(shard *s, entry *e)
     remove_slot(s, i);
     list_remove(list_of(s, e), e);
     s->count--;
+}
+
+static void drop(shard *s, entry *e)
+{
+    unlink_entry(s, e);
     free_entry(e);
 }
 
-/* Doubles the slot array before it passes 3/4 full; on allocation failure the
- * table grows denser instead, slower but correct while a slot stays empty. */
-static int maybe_grow(shard *s)
-{
-    size_t cap = s->mask + 1;
-    if ((s->count + 1) * 4 <= cap * 3) return 0;
-    size_t n = cap * 2;
-    slot *fresh = calloc(n, sizeof(slot));
-    if (!fresh) return s->count + 1 < cap ? 0 : ACEMQ_ENOMEM;
-    for (size_t i = 0; i < cap; i++) {
-        if (!s->slots[i].e) continue;
-        size_t j = s->slots[i].hash & (n - 1);
-        while (fresh[j].e)
-            j = (j + 1) & (n - 1);
-        fresh[j] = s->slots[i];
-    }
-    free(s->slots);
-    s->slots = fresh;
-    s->mask = n - 1;
-    return 0;
-}
-
-/* Drops one record that no live claim depends on. 0 when room was made,
- * ACEMQ_EFULL when the shard holds only live claims. */
-static int make_room(acemq_idem *h, shard *s, int64_t now)
+/* Drops one record that no live claim depends on, and hands it back in
+ * *spare so a full store reuses the memory instead of a free and a malloc
+ * per claim. 0 when room was made, ACEMQ_EFULL when the shard holds only
+ * live claims. */
+static int make_room(acemq_idem *h, shard *s, int64_t now, entry **spare)
 {
     entry *e = s->confirmed.head;
     if (e) {
@@ -203,16 +200,14 @@ static int make_room(acemq_idem *h, shard *s, int64_t now)
             atomic_fetch_add_explicit(&h->counters.expirations, 1, memory_order_relaxed);
         else
             atomic_fetch_add_explicit(&h->counters.evictions, 1, memory_order_relaxed);
-        drop(s, e);
-        return 0;
-    }
-    e = s->claims.head;
-    if (e && e->lease_until <= now) {
+    } else {
+        e = s->claims.head;
+        if (!e || e->lease_until > now) return ACEMQ_EFULL;
         atomic_fetch_add_explicit(&h->counters.evictions, 1, memory_order_relaxed);
-        drop(s, e);
-        return 0;
     }
-    return ACEMQ_EFULL;
+    unlink_entry(s, e);
+    *spare = e;
+    return 0;
 }
 
 static int fingerprint_differs(const entry *e, const acemq__bytes *fp)
@@ -264,24 +259,48 @@ static int reclaim(shard *s, entry *e, int forgotten, const acemq__claim_args *a
     return ACEMQ_CLAIMED;
 }
 
-static int claim_new(acemq_idem *h, memory_store *m, shard *s, uint64_t hash,
+/* An entry for id: the spare one when its id fits, else a new one. Rounded
+ * up so that ids of slightly different lengths can reuse each other's. */
+static entry *new_entry(entry *spare, const acemq__bytes *id)
+{
+    if (spare && spare->id_cap >= id->len) {
+        free(spare->result);
+        free(spare->fingerprint);
+    } else {
+        if (spare) free_entry(spare);
+        size_t cap = (id->len + 15) & ~(size_t)15;
+        spare = malloc(sizeof *spare + cap);
+        if (!spare) return NULL;
+        spare->id_cap = (uint32_t)cap;
+    }
+    spare->result = NULL;
+    spare->fingerprint = NULL;
+    spare->result_len = 0;
+    spare->fingerprint_len = 0;
+    spare->id_len = (uint32_t)id->len;
+    memcpy(spare->id, id->data, id->len);
+    return spare;
+}
+
+/* A claim of an id the shard does not hold; sl is the empty slot its lookup
+ * ended on. */
+static int claim_new(acemq_idem *h, memory_store *m, shard *s, slot *sl, uint64_t hash,
                      const acemq__bytes *id, const acemq__claim_args *a, acemq_claim *out)
 {
-    if (s->count >= m->per_shard_max && make_room(h, s, a->now_ms) != 0)
-        return acemq__idem_fail(h, ACEMQ_EFULL,
-                                "memory store: %zu live claims fill this shard (max_entries=%zu)",
-                                s->count, h->opts.max_entries);
-    entry *e = maybe_grow(s) == 0 ? malloc(sizeof *e + id->len) : NULL;
-    if (!e) return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
-    memset(e, 0, sizeof *e);
-    e->hash = hash;
-    e->id_len = (uint32_t)id->len;
-    memcpy(e->id, id->data, id->len);
-    if (set_fingerprint(e, &a->fingerprint) != 0) {
-        free(e);
+    entry *spare = NULL;
+    if (s->count >= m->per_shard_max) {
+        if (make_room(h, s, a->now_ms, &spare) != 0)
+            return acemq__idem_fail(
+                h, ACEMQ_EFULL, "memory store: %zu live claims fill this shard (max_entries=%zu)",
+                s->count, h->opts.max_entries);
+        sl = probe(s, hash, id); /* removing the spare may have shifted id's run */
+    }
+    entry *e = new_entry(spare, id);
+    if (!e || set_fingerprint(e, &a->fingerprint) != 0) {
+        if (e) free_entry(e);
         return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
     }
-    slot *sl = probe(s, hash, id); /* the empty slot ending id's run */
+    e->hash = hash;
     sl->hash = hash;
     sl->e = e;
     s->count++;
@@ -328,8 +347,9 @@ static int mem_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__cla
     uint64_t hash = hash_id(id);
     shard *s = shard_for(m, hash);
     pthread_mutex_lock(&s->lock);
-    entry *e = find(s, hash, id);
-    int rc = e ? decide_existing(h, s, e, a, out) : claim_new(h, m, s, hash, id, a, out);
+    slot *sl = probe(s, hash, id);
+    int rc =
+        sl->e ? decide_existing(h, s, sl->e, a, out) : claim_new(h, m, s, sl, hash, id, a, out);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -451,12 +471,19 @@ static void free_shards(memory_store *m, size_t nshards)
 {
     for (size_t i = 0; i < nshards; i++) {
         shard *s = &m->shards[i];
-        for (size_t k = 0; s->slots && k <= s->mask; k++)
-            if (s->slots[k].e) free_entry(s->slots[k].e);
-        free(s->slots);
+        /* Every entry is on one of the two lists: walking them touches only
+         * entries, not the whole (mostly untouched) slot mapping. */
+        entry_list *lists[] = {&s->claims, &s->confirmed};
+        for (size_t l = 0; l < 2; l++) {
+            for (entry *e = lists[l]->head, *next; e; e = next) {
+                next = e->next;
+                free_entry(e);
+            }
+        }
         pthread_mutex_destroy(&s->lock);
     }
     free(m->shards);
+    if (m->mapping) munmap(m->mapping, m->mapping_len);
 }
 
 static void mem_close(acemq_idem *h)
@@ -490,6 +517,33 @@ static unsigned pick_shard_bits(size_t max_entries)
     return bits;
 }
 
+/* Carves every shard's slot array out of one mapping: a power of two per
+ * shard, at least 4/3 of its share of max_entries so probing stays short. */
+static int map_slots(memory_store *m, size_t nshards)
+{
+    size_t want = m->per_shard_max + m->per_shard_max / 3 + 1, per_shard = 8;
+    while (per_shard < want)
+        per_shard *= 2;
+    size_t bytes = per_shard * sizeof(slot) * nshards;
+    /* One huge page more, so the slots can start on a huge-page boundary. */
+    m->mapping_len = bytes + HUGE_PAGE;
+    void *p = mmap(NULL, m->mapping_len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        m->mapping = NULL;
+        return ACEMQ_ENOMEM;
+    }
+    m->mapping = p;
+    uintptr_t start = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    /* A hint: without transparent huge pages the table still works. */
+    (void)madvise((void *)start, bytes, MADV_HUGEPAGE);
+    for (size_t i = 0; i < nshards; i++) {
+        m->shards[i].slots = (slot *)start + i * per_shard;
+        m->shards[i].mask = per_shard - 1;
+    }
+    return 0;
+}
+
 int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
 {
     static const char *const known[] = {"max_entries", NULL};
@@ -503,8 +557,12 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
                                 "memory: ACEMQ_IDEM_CONFIRM_IN_CALLER_TX needs a caller's "
                                 "database connection; the memory store has no transactions");
     int64_t max = (int64_t)h->opts.max_entries;
-    if (acemq__url_param_int(url, "max_entries", 1, INT64_MAX, &max) != 0)
-        return acemq__idem_fail(h, ACEMQ_EURL, "memory: max_entries must be a positive integer");
+    if (acemq__url_param_int(url, "max_entries", 1, MAX_ENTRIES_LIMIT, &max) != 0)
+        return acemq__idem_fail(h, ACEMQ_EURL, "memory: max_entries must be 1..%lld",
+                                (long long)MAX_ENTRIES_LIMIT);
+    if (max > MAX_ENTRIES_LIMIT)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "memory: max_entries must be 1..%lld",
+                                (long long)MAX_ENTRIES_LIMIT);
     h->opts.max_entries = (size_t)max;
 
     memory_store *m = calloc(1, sizeof *m);
@@ -514,20 +572,16 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
     m->per_shard_max = h->opts.max_entries / nshards;
     m->retention_ms = h->opts.retention_ms;
     m->shards = calloc(nshards, sizeof *m->shards);
-    if (!m->shards) {
+    int rc = m->shards ? map_slots(m, nshards) : ACEMQ_ENOMEM;
+    size_t ready = 0;
+    while (rc == 0 && ready < nshards && pthread_mutex_init(&m->shards[ready].lock, NULL) == 0)
+        ready++;
+    if (rc != 0 || ready < nshards) {
+        free_shards(m, ready);
         free(m);
-        return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
-    }
-    for (size_t i = 0; i < nshards; i++) {
-        shard *s = &m->shards[i];
-        s->mask = INITIAL_SLOTS - 1;
-        s->slots = calloc(INITIAL_SLOTS, sizeof(slot));
-        if (!s->slots || pthread_mutex_init(&s->lock, NULL) != 0) {
-            free(s->slots);
-            free_shards(m, i);
-            free(m);
-            return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
-        }
+        return acemq__idem_fail(h, ACEMQ_ENOMEM,
+                                "memory store: cannot reserve an index for %zu entries",
+                                h->opts.max_entries);
     }
     h->self = m;
     h->methods = &memory_methods;
