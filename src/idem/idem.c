@@ -19,7 +19,19 @@
 /* Leases and retention above ten years are surely a unit mistake. */
 #define MAX_DURATION_MS (10LL * 366 * 24 * 3600 * 1000)
 
-#define COUNT(h, field) atomic_fetch_add_explicit(&(h)->counters.field, 1, memory_order_relaxed)
+#define COUNT(h, field) ACEMQ__IDEM_COUNT(h, field, 1)
+
+static atomic_uint next_stripe;
+static _Thread_local unsigned this_stripe; /* stripe + 1; 0: not picked yet */
+
+unsigned acemq__counter_stripe(void)
+{
+    if (this_stripe == 0)
+        this_stripe = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) %
+                          ACEMQ__COUNTER_STRIPES +
+                      1;
+    return this_stripe - 1;
+}
 
 void acemq_idem_options_init(acemq_idem_options *o)
 {
@@ -84,8 +96,11 @@ int acemq__idem_new(acemq_idem **out, const acemq_idem_options *o)
                  (long long)MAX_DURATION_MS);
         return ACEMQ_EINVAL;
     }
-    acemq_idem *h = calloc(1, sizeof *h);
+    /* The counter stripes are cache-line aligned, so the handle must be too. */
+    size_t size = (sizeof(acemq_idem) + 63) & ~(size_t)63;
+    acemq_idem *h = aligned_alloc(64, size);
     if (!h) return ACEMQ_ENOMEM;
+    memset(h, 0, size);
     if (pthread_mutex_init(&h->err_lock, NULL) != 0) {
         free(h);
         return ACEMQ_ENOMEM;
@@ -329,7 +344,7 @@ int acemq_idem_purge(acemq_idem *h, uint64_t *purged)
     if (!h) return ACEMQ_EINVAL;
     uint64_t n = 0;
     int rc = h->methods->purge(h, now_ms(h), &n);
-    if (rc == 0) atomic_fetch_add_explicit(&h->counters.expirations, n, memory_order_relaxed);
+    if (rc == 0) ACEMQ__IDEM_COUNT(h, expirations, n);
     if (purged) *purged = rc == 0 ? n : 0;
     return count_error(h, rc);
 }
@@ -337,19 +352,22 @@ int acemq_idem_purge(acemq_idem *h, uint64_t *purged)
 int acemq_idem_stats_get(acemq_idem *h, acemq_idem_stats *out)
 {
     if (!h || !out) return ACEMQ_EINVAL;
-#define LOAD(f) out->f = atomic_load_explicit(&h->counters.f, memory_order_relaxed)
-    LOAD(claimed);
-    LOAD(duplicates);
-    LOAD(in_progress);
-    LOAD(takeovers);
-    LOAD(stale_tokens);
-    LOAD(confirms);
-    LOAD(releases);
-    LOAD(renewals);
-    LOAD(mismatches);
-    LOAD(expirations);
-    LOAD(evictions);
-    LOAD(errors);
+    memset(out, 0, sizeof *out);
+#define LOAD(f) out->f += atomic_load_explicit(&h->counters[i].f, memory_order_relaxed)
+    for (int i = 0; i < ACEMQ__COUNTER_STRIPES; i++) {
+        LOAD(claimed);
+        LOAD(duplicates);
+        LOAD(in_progress);
+        LOAD(takeovers);
+        LOAD(stale_tokens);
+        LOAD(confirms);
+        LOAD(releases);
+        LOAD(renewals);
+        LOAD(mismatches);
+        LOAD(expirations);
+        LOAD(evictions);
+        LOAD(errors);
+    }
 #undef LOAD
     return 0;
 }

@@ -53,18 +53,31 @@ typedef struct acemq__idem_methods {
     int (*purge)(acemq_idem *h, int64_t now_ms, uint64_t *purged);
 } acemq__idem_methods;
 
-/* Counters a backend may bump itself: the ones only it can see. */
+/* Counters are striped: each thread adds to its own stripe, picked once per
+ * thread, so threads sharing a handle do not bounce one cache line between
+ * cores twice per message. acemq_idem_stats_get() adds the stripes up. */
+#define ACEMQ__COUNTER_STRIPES 8
+
 typedef struct acemq__idem_counters {
-    atomic_uint_fast64_t claimed, duplicates, in_progress, takeovers, stale_tokens, confirms,
-        releases, renewals, mismatches, expirations, evictions, errors;
+    _Alignas(64) atomic_uint_fast64_t claimed;
+    atomic_uint_fast64_t duplicates, in_progress, takeovers, stale_tokens, confirms, releases,
+        renewals, mismatches, expirations, evictions, errors;
 } acemq__idem_counters;
+
+/* This thread's stripe. */
+unsigned acemq__counter_stripe(void);
+
+/* Adds n to a counter; backends use it for what only they can see. */
+#define ACEMQ__IDEM_COUNT(h, field, n)                                                             \
+    atomic_fetch_add_explicit(&(h)->counters[acemq__counter_stripe()].field, (n),                  \
+                              memory_order_relaxed)
 
 struct acemq_idem {
     const acemq__idem_methods *methods;
     void *self; /* the backend's state */
     acemq_idem_options opts;
     acemq_clock clock;
-    acemq__idem_counters counters;
+    acemq__idem_counters counters[ACEMQ__COUNTER_STRIPES];
     pthread_mutex_t err_lock; /* guards errmsg: handles are shared across threads */
     char errmsg[512];
 };

@@ -197,13 +197,13 @@ static int make_room(acemq_idem *h, shard *s, int64_t now, entry **spare)
     entry *e = s->confirmed.head;
     if (e) {
         if (e->expires <= now)
-            atomic_fetch_add_explicit(&h->counters.expirations, 1, memory_order_relaxed);
+            ACEMQ__IDEM_COUNT(h, expirations, 1);
         else
-            atomic_fetch_add_explicit(&h->counters.evictions, 1, memory_order_relaxed);
+            ACEMQ__IDEM_COUNT(h, evictions, 1);
     } else {
         e = s->claims.head;
         if (!e || e->lease_until > now) return ACEMQ_EFULL;
-        atomic_fetch_add_explicit(&h->counters.evictions, 1, memory_order_relaxed);
+        ACEMQ__IDEM_COUNT(h, evictions, 1);
     }
     unlink_entry(s, e);
     *spare = e;
@@ -314,7 +314,7 @@ static int decide_existing(acemq_idem *h, shard *s, entry *e, const acemq__claim
     /* Past retention a confirmation is forgotten, whatever fingerprint it had. */
     int forgotten = e->state == STATE_CONFIRMED && e->expires <= a->now_ms;
     if (forgotten) {
-        atomic_fetch_add_explicit(&h->counters.expirations, 1, memory_order_relaxed);
+        ACEMQ__IDEM_COUNT(h, expirations, 1);
     } else {
         if (fingerprint_differs(e, &a->fingerprint))
             return acemq__idem_fail(

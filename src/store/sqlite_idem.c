@@ -897,8 +897,7 @@ static int claim_locked(acemq_idem *h, const acemq__bytes *id, const acemq__clai
     queue_leave(s, queued);
     /* A confirmation forgotten here never reaches purge; count it as the
      * memory store does. */
-    if (rc == ACEMQ_CLAIMED && v.forgotten)
-        atomic_fetch_add_explicit(&h->counters.expirations, 1, memory_order_relaxed);
+    if (rc == ACEMQ_CLAIMED && v.forgotten) ACEMQ__IDEM_COUNT(h, expirations, 1);
     return rc;
 }
 
