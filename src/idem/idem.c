@@ -51,8 +51,7 @@ int acemq__idem_fail(acemq_idem *h, int code, const char *fmt, ...)
     char text[sizeof h->errmsg];
     va_list ap;
     va_start(ap, fmt);
-    /* The analyzer loses track of va_start across the early return above. */
-    (void)vsnprintf(text, sizeof text, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
+    (void)vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&h->err_lock);
     memcpy(h->errmsg, text, sizeof text);

@@ -534,11 +534,11 @@ static int map_slots(memory_store *m, size_t nshards)
         return ACEMQ_ENOMEM;
     }
     m->mapping = p;
-    uintptr_t start = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    char *start = (char *)p + (HUGE_PAGE - (uintptr_t)p % HUGE_PAGE) % HUGE_PAGE;
     /* A hint: without transparent huge pages the table still works. */
-    (void)madvise((void *)start, bytes, MADV_HUGEPAGE);
+    (void)madvise(start, bytes, MADV_HUGEPAGE);
     for (size_t i = 0; i < nshards; i++) {
-        m->shards[i].slots = (slot *)start + i * per_shard;
+        m->shards[i].slots = (slot *)(void *)start + i * per_shard;
         m->shards[i].mask = per_shard - 1;
     }
     return 0;

@@ -16,8 +16,8 @@
 #include "conformance/backends.h"
 
 #define T0 1700000000000LL
-#define LEASE 30000
-#define RETENTION 3600000
+#define LEASE 30000LL
+#define RETENTION 3600000LL
 
 static const char *backend;
 
