@@ -1,6 +1,8 @@
 /* sqlite_idem.c — the idempotency store on an SQLite file (or a connection the
- * caller owns): schema, prepared statements, transactions, the busy handler and
- * the fencing-token scheme. docs/sqlite-store.md explains the choices.
+ * caller owns): schema, prepared statements, transactions, the fencing-token
+ * scheme, and the glue to the writer queue (sqlite_writer_queue.c), the busy
+ * handler (sqlite_busy.c) and checkpoints (sqlite_checkpoint.c).
+ * docs/sqlite-store.md explains the choices.
  *
  * Invariants a reader must keep:
  *
@@ -21,34 +23,18 @@
  *
  *   One writer at a time per handle. The connection is opened NOMUTEX and every
  *   operation runs under s->lock; the busy handler's start time lives in the
- *   state for that reason. A statement is always reset before the lock is let
- *   go, so no read transaction stays open behind the caller's back.
+ *   state (s->busy) for that reason. A statement is always reset before the
+ *   lock is let go, so no read transaction stays open behind the caller's back.
  *
  *   One writer queue per file per process. Every write transaction this file
  *   starts (the claim INSERT, the locked claim, confirm, release, renew, each
  *   purge batch, the schema at open) runs while its thread holds the file's
- *   writer queue (struct wfile), so handles in one process hand SQLite's write
- *   lock to each other through the queue, waking the next writer at once,
- *   instead of finding it taken and polling. Reads never enter the queue. The
- *   queue is a speed device, never a correctness one: SQLite's file locks still
- *   decide every race (other processes, the caller's own writes, a handle that
- *   gave up on the queue), so a write that goes ahead without the queue is
- *   slower, never wrong. Three rules keep it free of deadlock:
- *     - lock order is s->lock, then the file's queue; a thread in the queue
- *       or holding it never waits for any handle's s->lock;
- *     - a connection waits for the queue only while it holds no SQLite
- *       transaction (sqlite3_txn_state is NONE), so no queue waiter holds a
- *       lock the queue holder may be waiting for; a caller's connection with
- *       its transaction open writes unqueued;
- *     - the queue is held only inside one of our calls, around statements
- *       that end their transaction before it is let go, and every wait for it
- *       is bounded by busy_timeout_ms (then the write goes ahead unqueued and
- *       SQLite's busy handling decides, with what is left of the budget).
- *   The registry of queues is keyed by st_dev + st_ino, not by path, so two
- *   spellings of one file share a queue; reg_lock guards it and is never taken
- *   while a queue is held.
+ *   writer queue, entered through queue_enter and left through queue_leave.
+ *   Reads never enter it. The queue only speeds writers up, SQLite's locks
+ *   decide; the rules that keep it free of deadlock (lock order s->lock, then
+ *   the queue; wait only with no transaction open; hold only inside our call)
+ *   are in sqlite_writer_queue.c, and the store must keep them.
  */
-#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -59,11 +45,13 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "acemq/sqlite.h"
 #include "idem/idem_backend.h"
+#include "store/sqlite_busy.h"
+#include "store/sqlite_checkpoint.h"
 #include "store/sqlite_idem_internal.h"
+#include "store/sqlite_writer_queue.h"
 
 #define SCHEMA_COMPONENT "idem"
 #define SCHEMA_VERSION 1
@@ -150,22 +138,14 @@ static const char schema_sql[] =
     "CREATE INDEX IF NOT EXISTS acemq_idem_expires ON acemq_idem(expires_at)"
     " WHERE expires_at IS NOT NULL;";
 
-typedef struct wfile wfile;
-
 typedef struct sq {
     sqlite3 *db;
     int owns_db; /* 0: the caller's connection; never closed, never re-configured */
     pthread_mutex_t lock;
     sqlite3_stmt *st[ST_COUNT];
-    int busy_timeout_ms;
-    struct timespec busy_start;
-    /* Set when busy_start already holds the moment this operation began to
-     * wait in the writer queue: SQLite's wait then continues that budget
-     * instead of starting a new one. */
-    int busy_start_kept;
-    uint64_t rng;
-    wfile *file;    /* this file's writer queue; NULL for in-memory and temp databases */
-    int wal_frames; /* frames in the WAL after our last commit; own connections only */
+    acemq__sqlite_busy busy;   /* the busy handler's budget and wait; s->lock guards it */
+    acemq__writer_queue *file; /* this file's writer queue; NULL for in-memory and temp */
+    int wal_frames;            /* frames in the WAL after our last commit; own connections only */
 } sq;
 
 /* How a multi-statement operation is wrapped: its own transaction on an idle
@@ -211,234 +191,22 @@ static int sq_fail(acemq_idem *h, sqlite3 *db, int rc)
     sq *s = h->self;
     if (code == ACEMQ_EBUSY && s && s->owns_db)
         return acemq__idem_fail(h, code, "sqlite: %s (still locked after busy_timeout_ms=%d)",
-                                sqlite3_errmsg(db), s->busy_timeout_ms);
+                                sqlite3_errmsg(db), s->busy.timeout_ms);
     return acemq__idem_fail(h, code, "sqlite: %s", sqlite3_errmsg(db));
 }
 
-/* ---- the writer queue ------------------------------------------------------ *
+/* ---- the writer queue and checkpoints -------------------------------------- *
  *
- * SQLite has one write lock per file and no queue for it: a connection that
- * finds it taken sleeps in its busy handler and tries again, so after every
- * commit the lock sits idle until the next poller wakes. Between handles in
- * one process we can do better: a queue per file, whose holder is the one
- * thread of this process allowed to start a write transaction, and which on
- * release wakes the next waiter at once.
- *
- * Not strictly FIFO, though (Go's sync.Mutex is the model). In WAL mode a
- * connection that sees another's commit drops its whole page cache, so if two
- * threads took strict turns every write would start by re-reading the B-tree
- * (measured: 8 preads a pair instead of none, and two threads slower than
- * one). So a thread that releases and comes straight back, or any thread that
- * arrives while the queue is free, may take it before the woken waiter runs,
- * and writes go in bursts. A waiter that has waited QUEUE_STARVE_NS is not
- * passed over again: the next release hands the queue to it directly. No
- * waiter waits much longer than that plus one write transaction.
- *
- * A release wakes the first waiter at once. If that waiter then finds the
- * queue taken again, its holder is evidently running and coming straight
- * back, and waking the waiter on each of its releases would only cost both
- * threads a context switch per write (measured: 1.2 a pair, a fifth of the
- * throughput). So until it gets the queue or starves, that waiter looks again
- * every QUEUE_POLL_NS instead and releases leave it be; a holder that does
- * not come back leaves the queue idle that long at most. */
-
-typedef struct qwaiter {
-    pthread_cond_t cv;
-    int granted;  /* the queue is this waiter's (handed over, or taken when free) */
-    int starving; /* waited QUEUE_STARVE_NS: releases hand over to it */
-    struct qwaiter *next;
-} qwaiter;
-
-struct wfile {
-    dev_t dev;
-    ino_t ino;
-    int refs;           /* handles on this file; reg_lock guards it and next */
-    struct wfile *next; /* in the registry */
-    pthread_mutex_t m;  /* guards the fields below and every waiter's */
-    int held;           /* owned by a thread; stays 1 when handed over */
-    int wake_pending;   /* the first waiter is woken or polling: releases need not wake it */
-    int waiting;
-    qwaiter *head, *tail;
-    int ckpt_floor; /* WAL frames when a checkpoint was last tried; see checkpoint() */
-};
-
-/* A waiter passed over for this long gets the queue handed to it (Go: 1 ms).
- * About twenty commits without fsync, two or three with. */
-#define QUEUE_STARVE_NS 1000000L
-/* How often a waiter that lost the race for a release looks again; see
- * wfile_acquire. About two commits without fsync. */
-#define QUEUE_POLL_NS 100000L
-
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static wfile *reg_files;
-static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
-static pthread_condattr_t mono_attr;
-static int mono_attr_ok;
-
-/* fork() copies the registry but not the threads: a queue held by a parent
- * thread would stay held in the child forever. The child starts an empty
- * registry; the copies of the parent's entries are left alone (never freed,
- * since inherited handles still point at them, and never used by new handles,
- * which must be opened in the child anyway). reg_lock is taken across fork so
- * the child never inherits it locked. */
-static void reg_prefork(void)
-{
-    pthread_mutex_lock(&reg_lock);
-}
-
-static void reg_postfork_parent(void)
-{
-    pthread_mutex_unlock(&reg_lock);
-}
-
-static void reg_postfork_child(void)
-{
-    reg_files = NULL;
-    pthread_mutex_unlock(&reg_lock);
-}
-
-static void reg_init(void)
-{
-    /* Queue waits are bounded in real time, which a clock step must not
-     * stretch or cut: monotonic where the platform has it. */
-    if (pthread_condattr_init(&mono_attr) == 0) {
-        mono_attr_ok = 1;
-        (void)pthread_condattr_setclock(&mono_attr, CLOCK_MONOTONIC);
-    }
-    (void)pthread_atfork(reg_prefork, reg_postfork_parent, reg_postfork_child);
-}
-
-static int monotonic_now(struct timespec *ts)
-{
-    return clock_gettime(CLOCK_MONOTONIC, ts);
-}
-
-static struct timespec ts_add_ns(struct timespec t, int64_t ns)
-{
-    t.tv_sec += (time_t)(ns / 1000000000);
-    t.tv_nsec += (long)(ns % 1000000000);
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
-}
-
-static int ts_before(const struct timespec *a, const struct timespec *b)
-{
-    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-static void wfile_unlink(wfile *f, qwaiter *w)
-{
-    qwaiter **p = &f->head, *prev = NULL;
-    while (*p != w) {
-        prev = *p;
-        p = &(*p)->next;
-    }
-    *p = w->next;
-    if (f->tail == w) f->tail = prev;
-}
-
-/* Takes f's queue, waiting at most timeout_ms; 1 when held, 0 when not. When
- * it had to wait, *wait_start says since when (for the busy budget). */
-static int wfile_acquire(wfile *f, int timeout_ms, struct timespec *wait_start, int *waited)
-{
-    pthread_mutex_lock(&f->m);
-    /* Free means nobody is owed it: a release to a starving waiter keeps
-     * held set. */
-    if (!f->held) {
-        f->held = 1;
-        pthread_mutex_unlock(&f->m);
-        return 1;
-    }
-    if (timeout_ms <= 0 || monotonic_now(wait_start) != 0) {
-        pthread_mutex_unlock(&f->m);
-        return 0;
-    }
-    *waited = 1;
-    struct timespec deadline = ts_add_ns(*wait_start, (int64_t)timeout_ms * 1000000);
-    struct timespec starve_at = ts_add_ns(*wait_start, QUEUE_STARVE_NS);
-    qwaiter w = {.granted = 0, .starving = 0, .next = NULL};
-    if (pthread_cond_init(&w.cv, mono_attr_ok ? &mono_attr : NULL) != 0) {
-        pthread_mutex_unlock(&f->m);
-        return 0;
-    }
-    if (f->tail)
-        f->tail->next = &w;
-    else
-        f->head = &w;
-    f->tail = &w;
-    f->waiting++;
-    int polling = 0;
-    for (;;) {
-        if (w.granted) break;
-        if (!f->held && f->head == &w) { /* free, and first in line */
-            f->held = 1;
-            w.granted = 1;
-            wfile_unlink(f, &w);
-            break;
-        }
-        const struct timespec *until =
-            w.starving || ts_before(&deadline, &starve_at) ? &deadline : &starve_at;
-        struct timespec now, poll_at;
-        if (polling && !w.starving && f->head == &w && monotonic_now(&now) == 0) {
-            f->wake_pending = 1; /* releases leave a polling waiter be */
-            poll_at = ts_add_ns(now, QUEUE_POLL_NS);
-            if (ts_before(&poll_at, until)) until = &poll_at;
-        }
-        int rc = pthread_cond_timedwait(&w.cv, &f->m, until);
-        int was_head = f->head == &w;
-        if (was_head) f->wake_pending = 0;
-        if (w.granted) break;
-        if (rc == 0 || rc == EINTR) {
-            polling = QUEUE_POLL_NS > 0 && was_head; /* if it is taken again, we lost */
-            continue;
-        }
-        if (rc == ETIMEDOUT && monotonic_now(&now) == 0) {
-            if (!ts_before(&now, &starve_at)) w.starving = 1; /* the next release hands over */
-            if (ts_before(&now, &deadline)) continue;
-        }
-        if (!f->held && f->head == &w) continue; /* take it after all */
-        /* Gave up (deadline, or the wait itself failed): leave the line. The
-         * write goes ahead unqueued; SQLite's locks still decide. */
-        wfile_unlink(f, &w);
-        break;
-    }
-    f->waiting--;
-    pthread_mutex_unlock(&f->m);
-    /* Nobody signals w.cv any more: it left the queue under f->m. */
-    (void)pthread_cond_destroy(&w.cv);
-    return w.granted;
-}
-
-static void wfile_release(wfile *f)
-{
-    pthread_mutex_lock(&f->m);
-    qwaiter *w = f->head;
-    if (w && w->starving) {
-        wfile_unlink(f, w);
-        w->granted = 1; /* held stays set: the queue is w's now */
-        /* Under f->m: w lives on the waiter's stack, and the waiter cannot
-         * return (and destroy w->cv) before it gets f->m back. */
-        pthread_cond_signal(&w->cv);
-    } else {
-        f->held = 0;
-        /* Wake the first waiter to compete for it, unless it is awake
-         * already: one futex wake per write, not one per waiter. */
-        if (w && !f->wake_pending) {
-            f->wake_pending = 1;
-            pthread_cond_signal(&w->cv);
-        }
-    }
-    pthread_mutex_unlock(&f->m);
-}
+ * The queue itself, and the rules that keep it free of deadlock, are in
+ * sqlite_writer_queue.c; the checkpoint scheme is in sqlite_checkpoint.c.
+ * Here the store keeps those rules: it enters the queue under s->lock, only
+ * with no SQLite transaction open, and leaves it before its call returns. */
 
 /* Takes this file's writer queue for one write transaction; returns 1 when it
  * is held (queue_leave must follow), 0 when the write goes ahead unqueued. */
 static int queue_enter(sq *s)
 {
-    s->busy_start_kept = 0;
+    s->busy.start_kept = 0;
     if (!s->file) return 0;
     /* A connection that holds a transaction (the caller's, open around our
      * call) may hold the very lock the queue's holder waits for: it must not
@@ -446,85 +214,21 @@ static int queue_enter(sq *s)
     if (sqlite3_txn_state(s->db, NULL) != SQLITE_TXN_NONE) return 0;
     int waited = 0;
     struct timespec start;
-    int held = wfile_acquire(s->file, s->busy_timeout_ms, &start, &waited);
+    int held = acemq__writer_queue_acquire(s->file, s->busy.timeout_ms, &start, &waited);
     if (waited) {
-        s->busy_start = start;
-        s->busy_start_kept = 1;
+        s->busy.start = start;
+        s->busy.start_kept = 1;
     }
     return held;
 }
 
-/* Checkpoints, on our own connections. SQLite's auto-checkpoint runs inside
- * the committing sqlite3_step, after the write lock is let go, so another
- * connection may commit meanwhile; inside the writer queue it would instead
- * stop every writer of the process for the checkpoint's copying and fsyncs
- * (measured: two threads at normal 8,300-8,800 pairs/s with it, 9,400-10,200
- * as below). So
- * the hook only counts (wal_hook), and once the queue is given back
- * (queue_leave) a PASSIVE checkpoint copies the WAL while others write.
- *
- * That alone never lets the WAL start over while two threads write: the
- * checkpoint completes up to where the WAL ended when it began, another
- * thread's commit lands behind it, and SQLite restarts the WAL only for a
- * writer that finds every frame copied (measured: a WAL of every frame ever
- * written, 480 MB after 3 s; and as it grows, each fdatasync pays for the new
- * file size). Every try would also fsync again (0.7 more fsyncs a pair with
- * synchronous=full). So tries are spaced, one per AUTOCHECKPOINT_FRAMES
- * frames the WAL grew since the last try, per file, as one connection alone
- * would try; and each ends with a RESTART checkpoint with the queue held, which
- * copies the few frames committed meanwhile and starts the WAL over. It waits
- * for readers still in the old WAL at most CHECKPOINT_WAIT_MS, since it holds
- * the queue; one that takes longer only defers the restart to the next try,
- * as it would in SQLite. Errors are ignored, as SQLite's auto-checkpoint
- * ignores them: a later commit tries again. */
-#define AUTOCHECKPOINT_FRAMES 1000 /* SQLite's default wal_autocheckpoint */
-#define CHECKPOINT_WAIT_MS 1
-
-static int wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
-{
-    (void)db;
-    (void)name;
-    ((sq *)arg)->wal_frames = frames;
-    return SQLITE_OK;
-}
-
-static void checkpoint(sq *s)
-{
-    int frames = s->wal_frames;
-    if (frames < AUTOCHECKPOINT_FRAMES) return;
-    s->wal_frames = 0;
-    wfile *f = s->file;
-    if (f) {
-        pthread_mutex_lock(&f->m);
-        /* Shorter than at our last try: another connection started it over. */
-        if (frames < f->ckpt_floor) f->ckpt_floor = 0;
-        int due = frames >= f->ckpt_floor + AUTOCHECKPOINT_FRAMES;
-        if (due) f->ckpt_floor = frames;
-        pthread_mutex_unlock(&f->m);
-        if (!due) return;
-    }
-    int rc = sqlite3_wal_checkpoint_v2(s->db, "main", SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-    if (rc != SQLITE_OK || !f) return;
-    struct timespec start;
-    int waited = 0;
-    if (!wfile_acquire(f, s->busy_timeout_ms, &start, &waited)) return;
-    int timeout = s->busy_timeout_ms;
-    s->busy_timeout_ms = timeout < CHECKPOINT_WAIT_MS ? timeout : CHECKPOINT_WAIT_MS;
-    rc = sqlite3_wal_checkpoint_v2(s->db, "main", SQLITE_CHECKPOINT_RESTART, NULL, NULL);
-    s->busy_timeout_ms = timeout;
-    if (rc == SQLITE_OK) { /* started over: count from nothing */
-        pthread_mutex_lock(&f->m);
-        f->ckpt_floor = 0;
-        pthread_mutex_unlock(&f->m);
-    }
-    wfile_release(f);
-}
-
+/* Gives the queue back, then checkpoints if due: outside the queue, so the
+ * process's other writers go on meanwhile. */
 static void queue_leave(sq *s, int held)
 {
-    s->busy_start_kept = 0;
-    if (held) wfile_release(s->file);
-    checkpoint(s);
+    s->busy.start_kept = 0;
+    if (held) acemq__writer_queue_release(s->file);
+    acemq__sqlite_checkpoint(s->db, s->file, &s->busy, &s->wal_frames);
 }
 
 /* Finds or makes the registry entry for the connection's main file. The key
@@ -538,95 +242,17 @@ static int file_join(acemq_idem *h)
     const char *name = sqlite3_db_filename(s->db, "main");
     struct stat st;
     if (!name || !*name || stat(name, &st) != 0) return 0;
-    (void)pthread_once(&reg_once, reg_init);
-    pthread_mutex_lock(&reg_lock);
-    wfile *f = reg_files;
-    while (f && !(f->dev == st.st_dev && f->ino == st.st_ino))
-        f = f->next;
-    if (!f) {
-        f = calloc(1, sizeof *f);
-        if (!f || pthread_mutex_init(&f->m, NULL) != 0) {
-            pthread_mutex_unlock(&reg_lock);
-            free(f);
-            return acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: out of memory for the writer queue");
-        }
-        f->dev = st.st_dev;
-        f->ino = st.st_ino;
-        f->next = reg_files;
-        reg_files = f;
-    }
-    f->refs++;
-    s->file = f;
-    pthread_mutex_unlock(&reg_lock);
+    s->file = acemq__writer_queue_join(st.st_dev, st.st_ino);
+    if (!s->file)
+        return acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: out of memory for the writer queue");
     return 0;
 }
 
 static void file_leave(sq *s)
 {
-    wfile *f = s->file;
-    if (!f) return;
+    acemq__writer_queue *f = s->file;
     s->file = NULL;
-    pthread_mutex_lock(&reg_lock);
-    if (--f->refs == 0) {
-        wfile **p = &reg_files;
-        while (*p && *p != f)
-            p = &(*p)->next;
-        /* Not in the registry: a parent's entry copied by fork(); see
-         * reg_postfork_child. Left as it is. */
-        if (*p) {
-            *p = f->next;
-            pthread_mutex_destroy(&f->m);
-            free(f);
-        }
-    }
-    pthread_mutex_unlock(&reg_lock);
-}
-
-/* ---- busy handling -------------------------------------------------------- */
-
-static int64_t elapsed_us(const struct timespec *from)
-{
-    struct timespec now;
-    if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return INT64_MAX;
-    return (int64_t)(now.tv_sec - from->tv_sec) * 1000000 + (now.tv_nsec - from->tv_nsec) / 1000;
-}
-
-static uint64_t next_random(sq *s)
-{
-    /* xorshift64: the jitter only has to keep contending connections from
-     * waking in lock step. */
-    uint64_t x = s->rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s->rng = x;
-    return x;
-}
-
-/* The stock busy_timeout sleeps in steps of a millisecond and more; with many
- * connections taking turns on a write lock that is held for microseconds, most
- * of that time is wasted. Short randomised sleeps that grow with the number
- * of retries keep the lock busy without a thundering herd. The limit is real
- * time, not the injected clock: it bounds how long a caller waits. */
-static int busy_handler(void *arg, int count)
-{
-    sq *s = arg;
-    /* The budget is for the whole wait for the write lock: when the writer
-     * queue already made this operation wait, SQLite's wait continues it. */
-    if (count == 0 && s->busy_start_kept)
-        s->busy_start_kept = 0;
-    else if (count == 0 && clock_gettime(CLOCK_MONOTONIC, &s->busy_start) != 0)
-        return 0;
-    int64_t waited = elapsed_us(&s->busy_start);
-    int64_t limit = (int64_t)s->busy_timeout_ms * 1000;
-    if (waited >= limit) return 0;
-    int shift = count / 8 < 3 ? count / 8 : 3;
-    int64_t hi = (int64_t)40 << shift; /* 40, 80, 160, 320 us */
-    int64_t us = hi / 2 + (int64_t)(next_random(s) % (uint64_t)(hi / 2 + 1));
-    if (us > limit - waited) us = limit - waited;
-    struct timespec ts = {0, (long)(us * 1000)};
-    (void)nanosleep(&ts, NULL);
-    return 1;
+    acemq__writer_queue_leave(f);
 }
 
 /* ---- statements ----------------------------------------------------------- */
@@ -1164,23 +790,21 @@ static void sq_close(acemq_idem *h)
     h->self = NULL;
 }
 
-static int sq_new_state(acemq_idem *h, sq **out)
+/* NULL when out of memory (ACEMQ_ENOMEM), with the error text on h. */
+static sq *sq_new_state(acemq_idem *h)
 {
     sq *s = calloc(1, sizeof *s);
-    if (!s) return acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: out of memory");
+    if (!s) {
+        (void)acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: out of memory");
+        return NULL;
+    }
     if (pthread_mutex_init(&s->lock, NULL) != 0) {
         free(s);
-        return acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: cannot create a mutex");
+        (void)acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: cannot create a mutex");
+        return NULL;
     }
-    s->busy_timeout_ms = h->opts.busy_timeout_ms;
-    struct timespec ts = {0, 0};
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    s->rng = ((uint64_t)(uintptr_t)s ^ ((uint64_t)ts.tv_nsec << 17) ^ (uint64_t)ts.tv_sec) *
-                 0x9E3779B97F4A7C15u +
-             (uint64_t)getpid();
-    if (s->rng == 0) s->rng = 1;
-    *out = s;
-    return 0;
+    acemq__sqlite_busy_init(&s->busy, h->opts.busy_timeout_ms);
+    return s;
 }
 
 static int prepare(acemq_idem *h, int which)
@@ -1291,7 +915,7 @@ static int pragma_text(acemq_idem *h, const char *sql, char *buf, size_t cap)
         } else if (rc == SQLITE_DONE) {
             snprintf(buf, cap, "%s", "");
         }
-        int again = (rc & 0xff) == SQLITE_BUSY && busy_handler(s, attempt);
+        int again = (rc & 0xff) == SQLITE_BUSY && acemq__sqlite_busy_handler(&s->busy, attempt);
         int ret = rc == SQLITE_ROW || rc == SQLITE_DONE || again ? 0 : sq_fail(h, s->db, rc);
         (void)sqlite3_finalize(st);
         if (!again) return ret;
@@ -1301,10 +925,10 @@ static int pragma_text(acemq_idem *h, const char *sql, char *buf, size_t cap)
 static int configure_own(acemq_idem *h)
 {
     sq *s = h->self;
-    int rc = sqlite3_busy_handler(s->db, busy_handler, s);
+    int rc = sqlite3_busy_handler(s->db, acemq__sqlite_busy_handler, &s->busy);
     if (rc != SQLITE_OK) return sq_fail(h, s->db, rc);
-    /* Replaces the auto-checkpoint: see checkpoint(). */
-    (void)sqlite3_wal_hook(s->db, wal_hook, s);
+    /* Replaces the auto-checkpoint: see sqlite_checkpoint.c. */
+    acemq__sqlite_checkpoint_hook(s->db, &s->wal_frames);
     char mode[32];
     rc = pragma_text(h, "PRAGMA journal_mode=WAL", mode, sizeof mode);
     if (rc != 0) return rc;
@@ -1373,9 +997,8 @@ int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url)
                                 "sqlite: ACEMQ_IDEM_CONFIRM_IN_CALLER_TX needs the caller's own "
                                 "connection (acemq_idem_open_sqlite); a store opened by URL has "
                                 "no caller transaction to join");
-    sq *s = NULL;
-    rc = sq_new_state(h, &s);
-    if (rc != 0) return rc;
+    sq *s = sq_new_state(h);
+    if (!s) return ACEMQ_ENOMEM;
     sqlite3 *db = NULL;
     int src = sqlite3_open_v2(
         path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
@@ -1408,9 +1031,9 @@ int acemq_idem_open_sqlite(acemq_idem **out, sqlite3 *db, const acemq_idem_optio
     acemq_idem *h = NULL;
     int rc = acemq__idem_new(&h, o);
     if (rc != 0) return rc;
-    sq *s = NULL;
-    rc = sq_new_state(h, &s);
-    if (rc == 0) {
+    sq *s = sq_new_state(h);
+    rc = s ? 0 : ACEMQ_ENOMEM;
+    if (s) {
         /* The caller's connection keeps its journal mode, synchronous setting
          * and busy handler: they are the caller's choices for all its work. */
         s->db = db;
@@ -1443,22 +1066,14 @@ const void *acemq__sqlite_idem_queue(const acemq_idem *h)
 
 size_t acemq__sqlite_idem_queue_files(void)
 {
-    size_t n = 0;
-    pthread_mutex_lock(&reg_lock);
-    for (const wfile *f = reg_files; f; f = f->next)
-        n++;
-    pthread_mutex_unlock(&reg_lock);
-    return n;
+    return acemq__writer_queue_files();
 }
 
 int acemq__sqlite_idem_queue_waiters(const acemq_idem *h)
 {
     const sq *s = h->self;
     if (!s || !s->file) return 0;
-    pthread_mutex_lock(&s->file->m);
-    int n = s->file->waiting;
-    pthread_mutex_unlock(&s->file->m);
-    return n;
+    return acemq__writer_queue_waiters(s->file);
 }
 
 int acemq__sqlite_idem_queue_hold(acemq_idem *h, int hold)
@@ -1468,10 +1083,10 @@ int acemq__sqlite_idem_queue_hold(acemq_idem *h, int hold)
     if (hold) {
         struct timespec start;
         int waited = 0;
-        while (!wfile_acquire(s->file, INT_MAX, &start, &waited)) {
+        while (!acemq__writer_queue_acquire(s->file, INT_MAX, &start, &waited)) {
         }
     } else {
-        wfile_release(s->file);
+        acemq__writer_queue_release(s->file);
     }
     return 0;
 }

@@ -1,7 +1,8 @@
 /* sqlite_idem_internal.h — test hooks into the SQLite store's in-process writer
- * queue (sqlite_idem.c, "The writer queue"). Internal: not exported, not for
- * callers; tests use them to see that handles on one file share one queue and
- * that the process-wide registry forgets a file when its last handle closes.
+ * queue (sqlite_writer_queue.c; the hooks are in sqlite_idem.c). Internal: not
+ * exported, not for callers; tests use them to see that handles on one file
+ * share one queue and that the process-wide registry forgets a file when its
+ * last handle closes.
  */
 #ifndef ACEMQ_SQLITE_IDEM_INTERNAL_H
 #define ACEMQ_SQLITE_IDEM_INTERNAL_H

@@ -1,0 +1,66 @@
+/* sqlite_busy.c — the SQLite store's busy handler: how its own connections
+ * wait for a write lock another connection holds, and for how long. The
+ * store (sqlite_idem.c) installs it and keeps one acemq__sqlite_busy a handle.
+ */
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/sqlite_busy.h"
+
+void acemq__sqlite_busy_init(acemq__sqlite_busy *b, int timeout_ms)
+{
+    b->timeout_ms = timeout_ms;
+    b->start_kept = 0;
+    struct timespec ts = {0, 0};
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    b->rng = ((uint64_t)(uintptr_t)b ^ ((uint64_t)ts.tv_nsec << 17) ^ (uint64_t)ts.tv_sec) *
+                 0x9E3779B97F4A7C15u +
+             (uint64_t)getpid();
+    if (b->rng == 0) b->rng = 1;
+}
+
+static int64_t elapsed_us(const struct timespec *from)
+{
+    struct timespec now;
+    if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return INT64_MAX;
+    return (int64_t)(now.tv_sec - from->tv_sec) * 1000000 + (now.tv_nsec - from->tv_nsec) / 1000;
+}
+
+static uint64_t next_random(acemq__sqlite_busy *b)
+{
+    /* xorshift64: the jitter only has to keep contending connections from
+     * waking in lock step. */
+    uint64_t x = b->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b->rng = x;
+    return x;
+}
+
+/* The stock busy_timeout sleeps in steps of a millisecond and more; with many
+ * connections taking turns on a write lock that is held for microseconds, most
+ * of that time is wasted. Short randomised sleeps that grow with the number
+ * of retries keep the lock busy without a thundering herd. The limit is real
+ * time, not the injected clock: it bounds how long a caller waits. */
+int acemq__sqlite_busy_handler(void *arg, int count)
+{
+    acemq__sqlite_busy *b = arg;
+    /* The budget is for the whole wait for the write lock: when the writer
+     * queue already made this operation wait, SQLite's wait continues it. */
+    if (count == 0 && b->start_kept)
+        b->start_kept = 0;
+    else if (count == 0 && clock_gettime(CLOCK_MONOTONIC, &b->start) != 0)
+        return 0;
+    int64_t waited = elapsed_us(&b->start);
+    int64_t limit = (int64_t)b->timeout_ms * 1000;
+    if (waited >= limit) return 0;
+    int shift = count / 8 < 3 ? count / 8 : 3;
+    int64_t hi = (int64_t)40 << shift; /* 40, 80, 160, 320 us */
+    int64_t us = hi / 2 + (int64_t)(next_random(b) % (uint64_t)(hi / 2 + 1));
+    if (us > limit - waited) us = limit - waited;
+    struct timespec ts = {0, (long)(us * 1000)};
+    (void)nanosleep(&ts, NULL);
+    return 1;
+}
