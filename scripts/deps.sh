@@ -10,6 +10,7 @@ packages=(
   libxxhash-dev               # the memory store's hash (XXH3)
   libcmocka-dev               # the test framework
   libhiredis-dev redis-server # the Redis peer in the benchmarks
+  clang-format clang-tidy cppcheck # the style and lint checks CI runs
 )
 
 missing=()
