@@ -275,6 +275,25 @@ static int run(acemq_idem *h, sqlite3_stmt *st)
     return ret;
 }
 
+/* run() for a statement that writes: through the file's writer queue. */
+static int run_queued(acemq_idem *h, sqlite3_stmt *st)
+{
+    sq *s = h->self;
+    int queued = queue_enter(s);
+    int rc = run(h, st);
+    queue_leave(s, queued);
+    return rc;
+}
+
+/* A bind failed: report SQLite's words and leave the statement reusable. */
+static int bind_failed(acemq_idem *h, sqlite3_stmt *st, int rc)
+{
+    sq *s = h->self;
+    rc = sq_fail(h, s->db, rc);
+    finish(st);
+    return rc;
+}
+
 static int bind_bytes(sqlite3_stmt *st, int i, const acemq__bytes *b)
 {
     if (!b || b->len == 0) return sqlite3_bind_null(st, i);
@@ -360,11 +379,7 @@ static int read_and_decide(acemq_idem *h, const acemq__bytes *id, const acemq__c
     sqlite3_stmt *st = s->st[ST_SELECT];
     memset(v, 0, sizeof *v);
     int rc = bind_bytes(st, 1, id);
-    if (rc != SQLITE_OK) {
-        rc = sq_fail(h, s->db, rc);
-        finish(st);
-        return rc;
-    }
+    if (rc != SQLITE_OK) return bind_failed(h, st, rc);
     rc = sqlite3_step(st);
     if (rc == SQLITE_DONE) {
         v->kind = V_ABSENT;
@@ -444,11 +459,7 @@ static int insert_new(acemq_idem *h, const acemq__bytes *id, const acemq__claim_
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, token);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 3, a->lease_until_ms);
     if (rc == SQLITE_OK) rc = bind_bytes(st, 4, &a->fingerprint);
-    if (rc != SQLITE_OK) {
-        rc = sq_fail(h, s->db, rc);
-        finish(st);
-        return rc;
-    }
+    if (rc != SQLITE_OK) return bind_failed(h, st, rc);
     rc = run(h, st);
     if (rc != 0) return rc;
     if (sqlite3_changes(s->db) != 1) return 0;
@@ -472,11 +483,7 @@ static int claim_row(acemq_idem *h, const acemq__bytes *id, const acemq__claim_a
     if (rc == SQLITE_OK) rc = bind_bytes(st, 4, &a->fingerprint);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int(st, 5, v->forgotten);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 6, v->old_token);
-    if (rc != SQLITE_OK) {
-        rc = sq_fail(h, s->db, rc);
-        finish(st);
-        return rc;
-    }
+    if (rc != SQLITE_OK) return bind_failed(h, st, rc);
     rc = run(h, st);
     if (rc != 0) return rc;
     /* Impossible under the write lock we hold; refuse rather than hand out a
@@ -582,14 +589,8 @@ static int fenced_update(acemq_idem *h, const char *op, int which, const acemq__
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 3, value);
     if (rc == SQLITE_OK && blob4) rc = bind_bytes(st, 4, blob4);
     if (rc == SQLITE_OK && blob4) rc = sqlite3_bind_int64(st, 5, now);
-    if (rc != SQLITE_OK) {
-        rc = sq_fail(h, s->db, rc);
-        finish(st);
-        return rc;
-    }
-    int queued = queue_enter(s);
-    rc = run(h, st);
-    queue_leave(s, queued);
+    if (rc != SQLITE_OK) return bind_failed(h, st, rc);
+    rc = run_queued(h, st);
     if (rc != 0) return rc;
     return sqlite3_changes(s->db) == 1 ? 0 : stale(h, op, token);
 }
@@ -664,14 +665,8 @@ static int purge_done(acemq_idem *h, int64_t before, uint64_t *total)
     for (;;) {
         int rc = sqlite3_bind_int64(st, 1, before);
         if (rc == SQLITE_OK) rc = sqlite3_bind_int(st, 2, PURGE_BATCH);
-        if (rc != SQLITE_OK) {
-            rc = sq_fail(h, s->db, rc);
-            finish(st);
-            return rc;
-        }
-        int queued = queue_enter(s);
-        rc = run(h, st);
-        queue_leave(s, queued);
+        if (rc != SQLITE_OK) return bind_failed(h, st, rc);
+        rc = run_queued(h, st);
         if (rc != 0) return rc;
         int n = sqlite3_changes(s->db);
         *total += (uint64_t)n;
@@ -745,9 +740,7 @@ static int purge_abandoned(acemq_idem *h, int64_t before, uint64_t *total)
             finish(del);
             break;
         }
-        int queued = queue_enter(s);
-        rc = run(h, del);
-        queue_leave(s, queued);
+        rc = run_queued(h, del);
         if (rc != 0) break;
         *total += (uint64_t)sqlite3_changes(s->db);
         keybuf t = lo;
