@@ -4,5 +4,6 @@
 
 #include "acemq/common.h"
 #include "acemq/idem.h"
+#include "acemq/audit.h"
 
 #endif

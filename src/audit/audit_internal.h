@@ -1,0 +1,134 @@
+/* audit_internal.h — what the message audit's files share: the bit window, the
+ * producer table (a hash map with an LRU order) and the memory of evictions.
+ *
+ * None of these lock: the audit (audit.c) and the connection audit
+ * (conn_audit.c) hold a shard's lock, when they have one, around every use.
+ */
+#ifndef ACEMQ_AUDIT_INTERNAL_H
+#define ACEMQ_AUDIT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "acemq/audit.h"
+
+/* ---- window.c: one producer's sliding window of seen sequences ---- */
+
+/* The window's size, shared by every producer of an audit. The ring holds
+ * ring_bits >= depth bits (a power of two, so a position is seq & ring_mask);
+ * only the `depth` sequences ending at `top` are trusted. */
+typedef struct acemq__window_shape {
+    uint64_t depth;
+    uint64_t ring_bits;
+    uint64_t ring_mask;
+    size_t words; /* ring_bits / 64 */
+} acemq__window_shape;
+
+/* Invariant: for every s with top - depth < s <= top and s >= start, bit
+ * (s & ring_mask) is set iff s was checked and not rolled back since the
+ * window began. Bits of other positions are stale and never read. */
+typedef struct acemq__window {
+    uint64_t top;        /* highest sequence seen */
+    uint64_t start;      /* lowest sequence the window could ever record */
+    uint64_t readmitted; /* 1: began after the producer was evicted */
+    uint64_t bits[];
+} acemq__window;
+
+void acemq__window_shape_init(acemq__window_shape *sh, uint32_t depth);
+/* Bytes of one window. */
+size_t acemq__window_size(const acemq__window_shape *sh);
+/* Starts a window at seq, seq recorded. A readmitted window starts exactly at
+ * seq; a new one reaches depth - 1 below it, so early stragglers count. */
+void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
+                        int readmitted);
+/* Records seq: ACEMQ_AUDIT_NEW, _DUPLICATE, or _UNKNOWN with *cause set. */
+int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq, int *cause);
+/* Clears seq's bit: 1 when it was set, 0 otherwise. */
+int acemq__window_clear(acemq__window *w, const acemq__window_shape *sh, uint64_t seq);
+
+/* ---- lru.c: a map from byte-string keys to fixed-size payloads, in LRU order ---- */
+
+/* One allocation: this header, then key_cap bytes of key, then the payload,
+ * so a hit reads the key and the start of the payload in the same place. */
+typedef struct acemq__lru_entry {
+    struct acemq__lru_entry *chain;       /* next in the bucket */
+    struct acemq__lru_entry *prev, *next; /* recency: head is the most recent */
+    uint64_t hash;
+    uint32_t key_len, key_cap; /* key_cap is a multiple of 16: the payload stays 8-aligned */
+    uint64_t bytes[];
+} acemq__lru_entry;
+
+static inline unsigned char *acemq__lru_key(acemq__lru_entry *e)
+{
+    return (unsigned char *)e->bytes;
+}
+
+/* The entry's payload_size bytes, 8-aligned. */
+static inline void *acemq__lru_payload(acemq__lru_entry *e)
+{
+    return (unsigned char *)e->bytes + e->key_cap;
+}
+
+typedef struct acemq__lru_bucket {
+    acemq__lru_entry *first;
+} acemq__lru_bucket;
+
+typedef struct acemq__lru {
+    acemq__lru_bucket *buckets;
+    size_t mask; /* buckets - 1 */
+    acemq__lru_entry *head, *tail;
+    size_t count;
+    size_t payload_size;
+} acemq__lru;
+
+/* Buckets for about `expected` entries; more still work, in longer chains. */
+int acemq__lru_init(acemq__lru *l, size_t expected, size_t payload_size);
+/* Frees every entry, calling drop (may be NULL) on each payload first. */
+void acemq__lru_destroy(acemq__lru *l, void (*drop)(void *payload));
+/* The entry for key, made the most recent; NULL when absent. */
+acemq__lru_entry *acemq__lru_find(acemq__lru *l, uint64_t hash, const void *key, size_t len);
+/* Unlinks the least recent entry and hands it back for reuse; NULL when empty. */
+acemq__lru_entry *acemq__lru_pop_oldest(acemq__lru *l);
+/* Adds key (absent) as the most recent, in `reuse` when given (from
+ * pop_oldest) and its key fits, or else in a new entry. NULL on ENOMEM, reuse
+ * then freed. The payload is left for the caller to fill. */
+acemq__lru_entry *acemq__lru_insert(acemq__lru *l, uint64_t hash, const void *key, size_t len,
+                                    acemq__lru_entry *reuse);
+/* Frees an entry handed back by pop_oldest and not reused; accepts NULL. */
+void acemq__lru_entry_free(acemq__lru_entry *e);
+
+/* ---- ghosts.c: the hashes of evicted keys, so their return is recognised ---- */
+
+/* Direct-mapped: a newer eviction overwrites an older one in the same slot.
+ * 0 marks an empty slot (a hash of 0 is stored as 1). */
+typedef struct acemq__ghosts {
+    uint64_t *slots;
+    size_t mask;
+} acemq__ghosts;
+
+int acemq__ghosts_init(acemq__ghosts *g, size_t capacity);
+void acemq__ghosts_destroy(acemq__ghosts *g);
+/* Remembers hash; 1 when that overwrote another remembered hash. */
+int acemq__ghosts_put(acemq__ghosts *g, uint64_t hash);
+/* 1 when hash was remembered (and forgets it), 0 otherwise. */
+int acemq__ghosts_take(acemq__ghosts *g, uint64_t hash);
+
+/* ---- audit.c, for conn_audit.c ---- */
+
+/* An audit whose key was evicted before: every producer's first id is
+ * UNKNOWN (EVICTED), since the old audit may have seen any of them. */
+int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int lost_history);
+/* Adds every counter of t into *sum. */
+void acemq__audit_stats_merge(acemq_audit_stats *sum, const acemq_audit_stats *t);
+/* Adds a's counters into *sum, `producers` as held now. */
+void acemq__audit_stats_add(acemq_audit *a, acemq_audit_stats *sum);
+/* 0 when o (already defaulted) is in range, ACEMQ_EINVAL otherwise. */
+int acemq__audit_options_check(const acemq_audit_options *o);
+
+/* Shards for options o: 1 without ACEMQ_AUDIT_THREAD_SAFE, else o->shards (0:
+ * 16) rounded up to a power of two; *bits gets its log2. */
+unsigned acemq__audit_shards(const acemq_audit_options *o, unsigned *bits);
+
+/* Rounds up to a power of two (n <= 2^31). */
+size_t acemq__pow2(size_t n);
+
+#endif

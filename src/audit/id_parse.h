@@ -1,0 +1,107 @@
+/* id_parse.h — splitting "<producer>:<sequence>" at the last ':', inline so
+ * that the check path (audit.c) pays no call for it; id.c wraps it for the API.
+ *
+ * The common id ends in a sequence of at most seven digits. On little-endian
+ * machines its last eight bytes are read as one word: one pass of bit
+ * arithmetic finds the ':' and converts the digits, without a loop whose trip
+ * count the branch predictor would have to guess per id. Every other id (and
+ * every malformed one) takes the byte loop, which also words the errors.
+ */
+#ifndef ACEMQ_AUDIT_ID_PARSE_H
+#define ACEMQ_AUDIT_ID_PARSE_H
+
+#include <string.h>
+#include "acemq/audit.h"
+
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define ACEMQ__AUDIT_SWAR 1
+#endif
+
+static inline int acemq__audit_id_fail(acemq_audit_id *out, const char *why)
+{
+    out->error = why;
+    return ACEMQ_EINVAL;
+}
+
+/* The byte loop: any id, every error. */
+static inline int acemq__audit_split_slow(const char *id, size_t id_len, acemq_audit_id *out)
+{
+    if (!id || id_len == 0) return acemq__audit_id_fail(out, "id is empty");
+    if (id_len > ACEMQ_AUDIT_ID_MAX)
+        return acemq__audit_id_fail(out, "id is longer than ACEMQ_AUDIT_ID_MAX (1024) bytes");
+    size_t colon = id_len;
+    while (colon > 0 && id[colon - 1] != ':')
+        colon--;
+    if (colon == 0) return acemq__audit_id_fail(out, "id has no ':' between producer and sequence");
+    if (colon == 1) return acemq__audit_id_fail(out, "producer (before the last ':') is empty");
+    if (colon == id_len) return acemq__audit_id_fail(out, "sequence (after the last ':') is empty");
+    /* Nineteen digits cannot overflow 64 bits; only a longer number pays for
+     * the overflow check. */
+    uint64_t v = 0;
+    size_t i = colon;
+    for (size_t easy = colon + (id_len - colon < 19 ? id_len - colon : 19); i < easy; i++) {
+        unsigned d = (unsigned)(unsigned char)id[i] - '0';
+        if (d > 9)
+            return acemq__audit_id_fail(out,
+                                        "sequence (after the last ':') is not a decimal number");
+        v = v * 10 + d;
+    }
+    for (; i < id_len; i++) {
+        unsigned d = (unsigned)(unsigned char)id[i] - '0';
+        if (d > 9)
+            return acemq__audit_id_fail(out,
+                                        "sequence (after the last ':') is not a decimal number");
+        if (v > (UINT64_MAX - d) / 10)
+            return acemq__audit_id_fail(out, "sequence (after the last ':') is above 2^64 - 1");
+        v = v * 10 + d;
+    }
+    out->producer = id;
+    out->producer_len = colon - 1;
+    out->sequence = v;
+    return 0;
+}
+
+/* 0 with *out filled, or ACEMQ_EINVAL with out->error set; out->producer is
+ * NULL on error. */
+static inline int acemq__audit_split(const char *id, size_t id_len, acemq_audit_id *out)
+{
+    out->producer = NULL;
+    out->producer_len = 0;
+    out->sequence = 0;
+    out->error = NULL;
+#ifdef ACEMQ__AUDIT_SWAR
+    /* At least one producer byte before the last eight. */
+    if (id && id_len > 8 && id_len <= ACEMQ_AUDIT_ID_MAX) {
+        uint64_t w;
+        memcpy(&w, id + id_len - 8, 8);
+        /* A byte is a digit when its high nibble is 3 and its low nibble
+         * plus 6 does not reach 16; neither sum carries between bytes. */
+        uint64_t nd = ((w & 0xF0F0F0F0F0F0F0F0u) ^ 0x3030303030303030u) |
+                      (((w & 0x0F0F0F0F0F0F0F0Fu) + 0x0606060606060606u) & 0x1010101010101010u);
+        nd |= nd >> 4;
+        nd |= nd >> 2;
+        nd |= nd >> 1;
+        nd &= 0x0101010101010101u; /* bit 0 of each byte: not a digit */
+        if (nd != 0) {
+            unsigned pos = (unsigned)(63 - __builtin_clzll(nd)) >> 3; /* last non-digit */
+            if (pos < 7 && ((w >> (8 * pos)) & 0xFF) == ':') {
+                /* The ':' and what precedes it become leading zeros, then the
+                 * eight digits are summed in three multiplications. */
+                uint64_t low = ((uint64_t)1 << (8 * (pos + 1))) - 1;
+                uint64_t v = ((w & ~low) | (0x3030303030303030u & low)) - 0x3030303030303030u;
+                v = v * 10 + (v >> 8);
+                v = ((v & 0x000000FF000000FFu) * (100 + (1000000ull << 32)) +
+                     ((v >> 16) & 0x000000FF000000FFu) * (1 + (10000ull << 32))) >>
+                    32;
+                out->producer = id;
+                out->producer_len = id_len - 8 + pos;
+                out->sequence = (uint32_t)v;
+                return 0;
+            }
+        }
+    }
+#endif
+    return acemq__audit_split_slow(id, id_len, out);
+}
+
+#endif

@@ -1,0 +1,790 @@
+/* test_audit.c — the message audit's rules, one test each: id parsing, the
+ * sliding window (checked against a plain model), rollback, the producer LRU
+ * and its UNKNOWN answers under both policies, sequences near 2^64, and the
+ * connection audit's queue/topic split. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "acemq/acemq.h"
+
+static acemq_audit *make(uint32_t depth, uint32_t producers, int policy, unsigned flags)
+{
+    acemq_audit_options o;
+    acemq_audit_options_init(&o);
+    o.depth = depth;
+    o.max_producers = producers;
+    o.policy = policy;
+    o.flags = flags;
+    acemq_audit *a = NULL;
+    assert_int_equal(acemq_audit_new(&a, &o), 0);
+    assert_non_null(a);
+    return a;
+}
+
+static int check(acemq_audit *a, const char *producer, uint64_t seq, int *cause)
+{
+    return acemq_audit_check_seq(a, producer, strlen(producer), seq, cause);
+}
+
+static int check_id(acemq_audit *a, const char *id, int *cause)
+{
+    return acemq_audit_check(a, id, strlen(id), cause);
+}
+
+static acemq_audit_stats stats(acemq_audit *a)
+{
+    acemq_audit_stats s;
+    assert_int_equal(acemq_audit_stats_get(a, &s), 0);
+    return s;
+}
+
+static void parses_activemq_ids(void **state)
+{
+    (void)state;
+    const char *id = "ID:host-1234-1700000000000-1:1:1:1:42";
+    acemq_audit_id p;
+    assert_int_equal(acemq_audit_parse_id(id, strlen(id), &p), 0);
+    assert_int_equal(p.producer_len, strlen("ID:host-1234-1700000000000-1:1:1:1"));
+    assert_memory_equal(p.producer, "ID:host-1234-1700000000000-1:1:1:1", p.producer_len);
+    assert_true(p.sequence == 42);
+    assert_null(p.error);
+
+    /* The same id split by hand is the same message. */
+    acemq_audit *a = make(2048, 64, ACEMQ_AUDIT_FAIL_CLOSED, 0);
+    assert_int_equal(check_id(a, id, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "ID:host-1234-1700000000000-1:1:1:1", 42, NULL),
+                     ACEMQ_AUDIT_DUPLICATE);
+    assert_int_equal(check_id(a, "ID:host-1234-1700000000000-1:1:1:1:0042", NULL),
+                     ACEMQ_AUDIT_DUPLICATE);
+    acemq_audit_free(a);
+}
+
+static void expect_bad(const char *id, size_t len)
+{
+    acemq_audit_id p;
+    assert_int_equal(acemq_audit_parse_id(id, len, &p), ACEMQ_EINVAL);
+    assert_non_null(p.error);
+    assert_null(p.producer);
+}
+
+static void rejects_malformed_ids(void **state)
+{
+    (void)state;
+    expect_bad(NULL, 0);
+    expect_bad("", 0);
+    expect_bad("no-colon", 8);
+    expect_bad(":5", 2);
+    expect_bad("p:", 2);
+    expect_bad("p:12a", 5);
+    expect_bad("p:-1", 4);
+    expect_bad("p:+1", 4);
+    expect_bad("p: 1", 4);
+    expect_bad("p:1:", 4); /* the last ':' decides: the sequence is empty */
+    expect_bad("p:18446744073709551616", 22);
+    expect_bad("p:99999999999999999999", 22);
+
+    acemq_audit_id p;
+    assert_int_equal(acemq_audit_parse_id("p:18446744073709551615", 22, &p), 0);
+    assert_true(p.sequence == UINT64_MAX);
+    assert_int_equal(acemq_audit_parse_id("::7", 3, &p), 0);
+    assert_int_equal(p.producer_len, 1);
+    assert_true(p.sequence == 7);
+    assert_int_equal(acemq_audit_parse_id("p:1", 3, NULL), ACEMQ_EINVAL);
+
+    /* ACEMQ_AUDIT_ID_MAX bytes pass; one more does not. */
+    char big[ACEMQ_AUDIT_ID_MAX + 2];
+    memset(big, 'x', sizeof big);
+    big[ACEMQ_AUDIT_ID_MAX - 2] = ':';
+    big[ACEMQ_AUDIT_ID_MAX - 1] = '1';
+    assert_int_equal(acemq_audit_parse_id(big, ACEMQ_AUDIT_ID_MAX, &p), 0);
+    assert_int_equal(p.producer_len, ACEMQ_AUDIT_PRODUCER_MAX);
+    big[ACEMQ_AUDIT_ID_MAX - 1] = ':';
+    big[ACEMQ_AUDIT_ID_MAX] = '1';
+    expect_bad(big, ACEMQ_AUDIT_ID_MAX + 1);
+
+    /* A malformed id is an error, never recorded or counted. */
+    acemq_audit *a = make(2048, 64, ACEMQ_AUDIT_FAIL_CLOSED, 0);
+    int cause = 99;
+    assert_int_equal(check_id(a, "garbage", &cause), ACEMQ_EINVAL);
+    assert_int_equal(cause, ACEMQ_AUDIT_CAUSE_NONE);
+    assert_int_equal(acemq_audit_check(a, NULL, 3, NULL), ACEMQ_EINVAL);
+    assert_int_equal(acemq_audit_check_seq(a, "", 0, 1, NULL), ACEMQ_EINVAL);
+    assert_int_equal(acemq_audit_check_seq(a, big, ACEMQ_AUDIT_PRODUCER_MAX + 1, 1, NULL),
+                     ACEMQ_EINVAL);
+    assert_int_equal(acemq_audit_check_seq(NULL, "p", 1, 1, NULL), ACEMQ_EINVAL);
+    assert_int_equal(acemq_audit_rollback(a, "p:x", 3), ACEMQ_EINVAL);
+    assert_true(stats(a).checks == 0);
+    acemq_audit_free(a);
+}
+
+/* The plain reading of the rule, byte by byte, to hold the fast path to. */
+static int reference_parse(const char *id, size_t len, size_t *producer_len, uint64_t *seq)
+{
+    if (len == 0 || len > ACEMQ_AUDIT_ID_MAX) return -1;
+    size_t colon = len;
+    while (colon > 0 && id[colon - 1] != ':')
+        colon--;
+    if (colon <= 1 || colon == len) return -1;
+    uint64_t v = 0;
+    for (size_t i = colon; i < len; i++) {
+        if (id[i] < '0' || id[i] > '9') return -1;
+        unsigned d = (unsigned)(id[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    *producer_len = colon - 1;
+    *seq = v;
+    return 0;
+}
+
+/* Random ids of every length up to 40 bytes, from an alphabet that makes
+ * near misses likely (digits, ':', bytes next to '0' and '9', high bytes). */
+static void parse_agrees_with_reference(void **state)
+{
+    (void)state;
+    static const char alphabet[] = "0123456789:::/;aZ\xfa\xff\x3a\x40";
+    srand(3);
+    for (int n = 0; n < 2000000; n++) {
+        char id[40];
+        size_t len = (size_t)(rand() % 41);
+        for (size_t i = 0; i < len; i++) {
+            size_t r = (size_t)(rand() % 100);
+            if (r < 70) r %= 10; /* a digit */
+            id[i] = alphabet[r % (sizeof alphabet - 1)];
+        }
+        size_t want_len = 0;
+        uint64_t want_seq = 0;
+        int want = reference_parse(id, len, &want_len, &want_seq);
+        acemq_audit_id p;
+        int got = acemq_audit_parse_id(id, len, &p);
+        if ((got == 0) != (want == 0) || (got == 0 && (p.producer_len != want_len ||
+                                                       p.sequence != want_seq || p.producer != id)))
+            fail_msg("id '%.*s' (%zu bytes): got %d (%zu, %llu), want %d (%zu, %llu)", (int)len, id,
+                     len, got, p.producer_len, (unsigned long long)p.sequence, want, want_len,
+                     (unsigned long long)want_seq);
+        if (got != 0) assert_non_null(p.error);
+    }
+}
+
+static void options_are_checked(void **state)
+{
+    (void)state;
+    acemq_audit_options o;
+    acemq_audit_options_init(&o);
+    assert_int_equal(o.depth, 2048);
+    assert_int_equal(o.max_producers, 64);
+    assert_int_equal(o.policy, ACEMQ_AUDIT_FAIL_OPEN);
+    acemq_audit *a = (acemq_audit *)&o;
+    const struct {
+        uint32_t depth, producers, shards;
+        int policy;
+        unsigned flags;
+    } bad[] = {
+        {0, 64, 0, 0, 0},
+        {ACEMQ_AUDIT_DEPTH_MAX + 1, 64, 0, 0, 0},
+        {2048, 0, 0, 0, 0},
+        {2048, ACEMQ_AUDIT_PRODUCERS_MAX + 1, 0, 0, 0},
+        {2048, 64, ACEMQ_AUDIT_SHARDS_MAX + 1, 0, ACEMQ_AUDIT_THREAD_SAFE},
+        {2048, 64, 0, 2, 0},
+        {2048, 64, 0, -1, 0},
+        {2048, 64, 0, 0, 1u << 5},
+        {2048, 64, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        acemq_audit_options_init(&o);
+        o.depth = bad[i].depth;
+        o.max_producers = bad[i].producers;
+        o.shards = bad[i].shards;
+        o.policy = bad[i].policy;
+        o.flags = bad[i].flags;
+        if (i == sizeof bad / sizeof bad[0] - 1) o.max_evicted = ACEMQ_AUDIT_EVICTED_MAX + 1;
+        assert_int_equal(acemq_audit_new(&a, &o), ACEMQ_EINVAL);
+        assert_null(a);
+    }
+    assert_int_equal(acemq_audit_new(NULL, NULL), ACEMQ_EINVAL);
+    assert_int_equal(acemq_audit_new(&a, NULL), 0);
+    acemq_audit_free(a);
+    acemq_audit_free(NULL);
+    assert_int_equal(acemq_audit_stats_get(NULL, NULL), ACEMQ_EINVAL);
+}
+
+static void new_then_duplicate(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 64, ACEMQ_AUDIT_FAIL_CLOSED, 0);
+    int cause = 99;
+    assert_int_equal(check_id(a, "p:1", &cause), ACEMQ_AUDIT_NEW);
+    assert_int_equal(cause, ACEMQ_AUDIT_CAUSE_NONE);
+    assert_int_equal(check_id(a, "p:1", &cause), ACEMQ_AUDIT_DUPLICATE);
+    assert_int_equal(check_id(a, "q:1", NULL), ACEMQ_AUDIT_NEW); /* another producer */
+    assert_int_equal(check_id(a, "p:2", NULL), ACEMQ_AUDIT_NEW);
+    /* Producers are bytes: "p" and "p\0" differ. */
+    assert_int_equal(acemq_audit_check_seq(a, "p\0", 2, 1, NULL), ACEMQ_AUDIT_NEW);
+    acemq_audit_stats s = stats(a);
+    assert_true(s.checks == 5);
+    assert_true(s.news == 4);
+    assert_true(s.duplicates == 1);
+    assert_true(s.unknowns == 0);
+    assert_true(s.producers == 3);
+    acemq_audit_free(a);
+}
+
+/* Within the window, order does not matter: every sequence is NEW once. */
+static void out_of_order_within_window(void **state)
+{
+    (void)state;
+    enum { N = 2048 };
+    static uint64_t order[N];
+    for (int i = 0; i < N; i++)
+        order[i] = (uint64_t)i + 1000;
+    srand(7);
+    for (int i = N - 1; i > 0; i--) {
+        int j = rand() % (i + 1);
+        uint64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    acemq_audit *a = make(N, 64, ACEMQ_AUDIT_FAIL_CLOSED, 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(check(a, "p", order[i], NULL), ACEMQ_AUDIT_NEW);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(check(a, "p", order[i], NULL), ACEMQ_AUDIT_DUPLICATE);
+    assert_true(stats(a).unknowns == 0);
+    acemq_audit_free(a);
+}
+
+/* A first id reaches depth - 1 back; below that the window never was. */
+static void before_start(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 64, ACEMQ_AUDIT_FAIL_CLOSED, 0);
+    int cause;
+    assert_int_equal(check(a, "p", 10000, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "p", 10000 - 2047, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "p", 10000 - 2048, &cause), ACEMQ_AUDIT_UNKNOWN);
+    assert_int_equal(cause, ACEMQ_AUDIT_BEFORE_START);
+    /* Not recordable, so a redelivery is UNKNOWN again, never NEW. */
+    assert_int_equal(check(a, "p", 10000 - 2048, &cause), ACEMQ_AUDIT_UNKNOWN);
+    /* Still before the start after the window has slid far past it. */
+    assert_int_equal(check(a, "p", 50000, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "p", 1, &cause), ACEMQ_AUDIT_UNKNOWN);
+    assert_int_equal(cause, ACEMQ_AUDIT_BEFORE_START);
+    assert_int_equal(check(a, "p", 20000, &cause), ACEMQ_AUDIT_UNKNOWN);
+    assert_int_equal(cause, ACEMQ_AUDIT_BEHIND_WINDOW);
+    acemq_audit_stats s = stats(a);
+    assert_true(s.unknown_before_start == 3);
+    assert_true(s.unknown_behind_window == 1);
+    assert_true(s.unknowns == 4);
+    acemq_audit_free(a);
+}
+
+static void slides_across_many_windows(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 64, ACEMQ_AUDIT_FAIL_CLOSED, 0);
+    int cause;
+    for (uint64_t s = 1; s <= 100000; s++) {
+        assert_int_equal(check(a, "p", s, NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(check(a, "p", s, NULL), ACEMQ_AUDIT_DUPLICATE);
+        /* A redelivery from just inside the window is still caught. */
+        if (s > 2047) assert_int_equal(check(a, "p", s - 2047, NULL), ACEMQ_AUDIT_DUPLICATE);
+    }
+    assert_int_equal(check(a, "p", 100000 - 2048, &cause), ACEMQ_AUDIT_UNKNOWN);
+    assert_int_equal(cause, ACEMQ_AUDIT_BEHIND_WINDOW);
+    /* A jump of less than the window keeps what is still inside it. */
+    assert_int_equal(check(a, "p", 101000, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "p", 101000 - 2047, NULL), ACEMQ_AUDIT_DUPLICATE);
+    assert_int_equal(check(a, "p", 100001, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "p", 100999, NULL), ACEMQ_AUDIT_NEW);
+    /* A jump past the whole window forgets it all, in one step. */
+    assert_int_equal(check(a, "p", 1000000000000ULL, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "p", 1000000000000ULL - 1, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "p", 101000, &cause), ACEMQ_AUDIT_UNKNOWN);
+    assert_int_equal(cause, ACEMQ_AUDIT_BEHIND_WINDOW);
+    acemq_audit_free(a);
+}
+
+/* The plain model of one producer's window: the contract in a few lines. */
+typedef struct model {
+    unsigned char *seen; /* by sequence, over [0, range) */
+    uint64_t top, start, depth;
+    int started;
+} model;
+
+static int model_check(model *m, uint64_t seq, int *cause)
+{
+    *cause = ACEMQ_AUDIT_CAUSE_NONE;
+    if (!m->started) {
+        m->started = 1;
+        m->top = seq;
+        m->start = seq >= m->depth - 1 ? seq - (m->depth - 1) : 0;
+        m->seen[seq] = 1;
+        return ACEMQ_AUDIT_NEW;
+    }
+    if (seq > m->top) {
+        m->top = seq;
+        m->seen[seq] = 1;
+        return ACEMQ_AUDIT_NEW;
+    }
+    if (seq < m->start) {
+        *cause = ACEMQ_AUDIT_BEFORE_START;
+        return ACEMQ_AUDIT_UNKNOWN;
+    }
+    if (m->top - seq >= m->depth) {
+        *cause = ACEMQ_AUDIT_BEHIND_WINDOW;
+        return ACEMQ_AUDIT_UNKNOWN;
+    }
+    int was = m->seen[seq];
+    m->seen[seq] = 1;
+    return was ? ACEMQ_AUDIT_DUPLICATE : ACEMQ_AUDIT_NEW;
+}
+
+static int model_rollback(model *m, uint64_t seq)
+{
+    if (!m->started || seq > m->top || seq < m->start || m->top - seq >= m->depth) return 0;
+    int was = m->seen[seq];
+    m->seen[seq] = 0;
+    return was;
+}
+
+/* Random walks with jumps, stragglers and rollbacks, at depths on and off
+ * the ring's powers of two, must answer exactly as the model does. */
+static void run_against_model(unsigned flags)
+{
+    const uint32_t depths[] = {1, 2, 63, 64, 65, 100, 127, 129, 1000, 2048};
+    enum { RANGE = 4000000, STEPS = 60000 };
+    unsigned char *seen = malloc(RANGE);
+    assert_non_null(seen);
+    srand(42);
+    for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++) {
+        memset(seen, 0, RANGE);
+        model m = {seen, 0, 0, depths[d], 0};
+        acemq_audit *a = make(depths[d], 64, ACEMQ_AUDIT_FAIL_CLOSED, flags);
+        uint64_t cur = 5000;
+        for (int i = 0; i < STEPS && cur < RANGE - 20000; i++) {
+            int r = rand() % 100;
+            uint64_t seq;
+            if (r < 50)
+                seq = ++cur;
+            else if (r < 55)
+                seq = cur += (uint64_t)(rand() % (int)(3 * depths[d] + 2));
+            else if (r < 90)
+                seq = cur - (uint64_t)(rand() % (int)(depths[d] + 3) % (cur + 1));
+            else
+                seq = cur - (uint64_t)(rand() % 5000) % (cur + 1);
+            if (r % 13 == 0) {
+                assert_int_equal(acemq_audit_rollback_seq(a, "p", 1, seq), model_rollback(&m, seq));
+                continue;
+            }
+            int want_cause, got_cause;
+            int want = model_check(&m, seq, &want_cause);
+            int got = check(a, "p", seq, &got_cause);
+            if (got != want || got_cause != want_cause)
+                fail_msg("depth %u step %d seq %llu: got %s/%s, want %s/%s", depths[d], i,
+                         (unsigned long long)seq, acemq_audit_result_name(got),
+                         acemq_audit_cause_name(got_cause), acemq_audit_result_name(want),
+                         acemq_audit_cause_name(want_cause));
+        }
+        acemq_audit_free(a);
+    }
+    free(seen);
+}
+
+static void window_matches_model(void **state)
+{
+    (void)state;
+    run_against_model(0);
+}
+
+static void window_matches_model_thread_safe(void **state)
+{
+    (void)state;
+    run_against_model(ACEMQ_AUDIT_THREAD_SAFE);
+}
+
+static void rollback_lets_a_sequence_pass_again(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 64, ACEMQ_AUDIT_FAIL_CLOSED, 0);
+    assert_int_equal(check_id(a, "p:5", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(acemq_audit_rollback(a, "p:5", 3), 1);
+    assert_int_equal(acemq_audit_rollback(a, "p:5", 3), 0); /* already clear */
+    assert_int_equal(check_id(a, "p:5", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check_id(a, "p:5", NULL), ACEMQ_AUDIT_DUPLICATE);
+    /* Nothing to clear: never seen, unknown producer, ahead, behind the window. */
+    assert_int_equal(acemq_audit_rollback(a, "p:4", 3), 0);
+    assert_int_equal(acemq_audit_rollback(a, "q:5", 3), 0);
+    assert_int_equal(acemq_audit_rollback(a, "p:6", 3), 0);
+    assert_int_equal(check_id(a, "p:10000", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(acemq_audit_rollback(a, "p:5", 3), 0);
+    /* Rolling back the top leaves the top where it is. */
+    assert_int_equal(acemq_audit_rollback(a, "p:10000", 7), 1);
+    assert_int_equal(check_id(a, "p:9999", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check_id(a, "p:10000", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(acemq_audit_rollback_seq(a, NULL, 1, 1), ACEMQ_EINVAL);
+    assert_true(stats(a).rollbacks == 2);
+    acemq_audit_free(a);
+}
+
+/* max_producers 4: the least recently used producer goes, and comes back UNKNOWN. */
+static void eviction(int policy)
+{
+    acemq_audit *a = make(2048, 4, policy, 0);
+    int unknown = policy == ACEMQ_AUDIT_FAIL_CLOSED ? ACEMQ_AUDIT_UNKNOWN : ACEMQ_AUDIT_NEW;
+    int cause;
+    for (int i = 0; i < 4; i++) {
+        char p[8];
+        snprintf(p, sizeof p, "p%d", i);
+        assert_int_equal(check(a, p, 1, NULL), ACEMQ_AUDIT_NEW);
+    }
+    assert_int_equal(check(a, "p0", 2, NULL), ACEMQ_AUDIT_NEW); /* p0 is recent now */
+    assert_int_equal(check(a, "p4", 1, NULL), ACEMQ_AUDIT_NEW); /* evicts p1 */
+    acemq_audit_stats s = stats(a);
+    assert_true(s.evictions == 1);
+    assert_true(s.producers == 4);
+    assert_int_equal(check(a, "p0", 1, NULL), ACEMQ_AUDIT_DUPLICATE);
+
+    /* p1 was evicted: its return is UNKNOWN (evicts p2). */
+    assert_int_equal(check(a, "p1", 2, &cause), unknown);
+    assert_int_equal(cause, ACEMQ_AUDIT_EVICTED);
+    /* Its window starts again at that id: recorded, and anything below it
+     * (seen or not before the eviction, nobody knows) is UNKNOWN. */
+    assert_int_equal(check(a, "p1", 2, NULL), ACEMQ_AUDIT_DUPLICATE);
+    assert_int_equal(check(a, "p1", 1, &cause), unknown);
+    assert_int_equal(cause, ACEMQ_AUDIT_EVICTED);
+    assert_int_equal(check(a, "p1", 3, &cause), ACEMQ_AUDIT_NEW);
+    assert_int_equal(cause, ACEMQ_AUDIT_CAUSE_NONE);
+    /* p2, evicted for p1, comes back UNKNOWN too. */
+    assert_int_equal(check(a, "p2", 1, &cause), unknown);
+    assert_int_equal(cause, ACEMQ_AUDIT_EVICTED);
+
+    s = stats(a);
+    assert_true(s.evictions == 3);
+    assert_true(s.unknowns == 3);
+    assert_true(s.unknown_evicted == 3);
+    assert_true(s.checks == 12);
+    assert_true(s.duplicates == 2);
+    assert_true(s.news == (policy == ACEMQ_AUDIT_FAIL_CLOSED ? 7 : 10));
+    assert_true(s.forgotten == 0);
+    acemq_audit_free(a);
+}
+
+static void eviction_fail_closed(void **state)
+{
+    (void)state;
+    eviction(ACEMQ_AUDIT_FAIL_CLOSED);
+}
+
+static void eviction_fail_open(void **state)
+{
+    (void)state;
+    eviction(ACEMQ_AUDIT_FAIL_OPEN);
+}
+
+/* Sharded, the LRU is per shard but the bound is the audit's, give or take
+ * one producer per shard; an evicted producer still comes back UNKNOWN. */
+static void sharded_eviction(void **state)
+{
+    (void)state;
+    acemq_audit_options o;
+    acemq_audit_options_init(&o);
+    o.max_producers = 8;
+    o.shards = 4;
+    o.max_evicted = 4096;
+    o.flags = ACEMQ_AUDIT_THREAD_SAFE;
+    o.policy = ACEMQ_AUDIT_FAIL_CLOSED;
+    acemq_audit *a = NULL;
+    assert_int_equal(acemq_audit_new(&a, &o), 0);
+    char p[16];
+    for (int i = 0; i < 100; i++) {
+        snprintf(p, sizeof p, "p%d", i);
+        assert_int_equal(check(a, p, 1, NULL), ACEMQ_AUDIT_NEW);
+    }
+    acemq_audit_stats s = stats(a);
+    assert_true(s.producers >= 8 && s.producers <= 8 + 3);
+    assert_true(s.evictions == 100 - s.producers);
+    for (int i = 0; i < 100; i++) {
+        snprintf(p, sizeof p, "p%d", i);
+        int cause;
+        int r = check(a, p, 1, &cause);
+        if (r == ACEMQ_AUDIT_UNKNOWN)
+            assert_int_equal(cause, ACEMQ_AUDIT_EVICTED);
+        else
+            assert_int_equal(r, ACEMQ_AUDIT_DUPLICATE);
+    }
+    s = stats(a);
+    assert_true(s.forgotten == 0);
+    assert_true(s.unknown_evicted + s.duplicates == 100);
+    assert_true(s.unknown_evicted >= 100 - 11);
+    assert_true(s.producers <= 8 + 3);
+    acemq_audit_free(a);
+}
+
+/* The memory of evictions is bounded too; what it drops is counted. */
+static void forgotten_evictions_are_counted(void **state)
+{
+    (void)state;
+    acemq_audit_options o;
+    acemq_audit_options_init(&o);
+    o.max_producers = 1;
+    o.max_evicted = 1;
+    o.policy = ACEMQ_AUDIT_FAIL_CLOSED;
+    acemq_audit *a = NULL;
+    assert_int_equal(acemq_audit_new(&a, &o), 0);
+    assert_int_equal(check(a, "p0", 1, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(check(a, "p1", 1, NULL), ACEMQ_AUDIT_NEW); /* p0 remembered as evicted */
+    assert_int_equal(check(a, "p2", 1, NULL), ACEMQ_AUDIT_NEW); /* p1 overwrites p0 */
+    acemq_audit_stats s = stats(a);
+    assert_true(s.evictions == 2);
+    assert_true(s.forgotten == 1);
+    /* The documented limit: p0's return is no longer recognised. */
+    assert_int_equal(check(a, "p0", 1, NULL), ACEMQ_AUDIT_NEW);
+    acemq_audit_free(a);
+}
+
+static void sequences_near_2_64(void **state)
+{
+    (void)state;
+    const uint64_t top = UINT64_MAX;
+    int cause;
+    for (int f = 0; f < 2; f++) {
+        acemq_audit *a = make(2048, 64, ACEMQ_AUDIT_FAIL_CLOSED, f ? ACEMQ_AUDIT_THREAD_SAFE : 0);
+        for (uint64_t s = top - 5000;; s++) {
+            assert_int_equal(check(a, "p", s, NULL), ACEMQ_AUDIT_NEW);
+            assert_int_equal(check(a, "p", s, NULL), ACEMQ_AUDIT_DUPLICATE);
+            if (s == top) break;
+        }
+        assert_int_equal(check_id(a, "p:18446744073709551615", NULL), ACEMQ_AUDIT_DUPLICATE);
+        assert_int_equal(check(a, "p", top - 2047, NULL), ACEMQ_AUDIT_DUPLICATE);
+        assert_int_equal(check(a, "p", top - 2048, &cause), ACEMQ_AUDIT_UNKNOWN);
+        assert_int_equal(cause, ACEMQ_AUDIT_BEHIND_WINDOW);
+        assert_int_equal(check(a, "p", 0, &cause), ACEMQ_AUDIT_UNKNOWN);
+        assert_int_equal(cause, ACEMQ_AUDIT_BEFORE_START);
+        assert_int_equal(acemq_audit_rollback_seq(a, "p", 1, top), 1);
+        assert_int_equal(check(a, "p", top, NULL), ACEMQ_AUDIT_NEW);
+
+        /* First ids at both ends, and one jump across the whole range. */
+        assert_int_equal(check(a, "hi", top, NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(check(a, "hi", top - 2047, NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(check(a, "hi", top - 2048, &cause), ACEMQ_AUDIT_UNKNOWN);
+        assert_int_equal(cause, ACEMQ_AUDIT_BEFORE_START);
+        assert_int_equal(check(a, "lo", 0, NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(check(a, "lo", 0, NULL), ACEMQ_AUDIT_DUPLICATE);
+        assert_int_equal(check(a, "lo", 1, NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(check(a, "lo", top, NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(check(a, "lo", top - 1, NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(check(a, "lo", top, NULL), ACEMQ_AUDIT_DUPLICATE);
+        assert_int_equal(check(a, "lo", 1, &cause), ACEMQ_AUDIT_UNKNOWN);
+        assert_int_equal(cause, ACEMQ_AUDIT_BEHIND_WINDOW);
+        /* Beyond 2^31 and 2^63, where 32-bit and signed arithmetic break. */
+        const uint64_t edges[] = {(1ULL << 31) - 1, 1ULL << 31, (1ULL << 32) + 5, (1ULL << 63) - 1,
+                                  1ULL << 63};
+        for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+            assert_int_equal(check(a, "mid", edges[i], NULL), ACEMQ_AUDIT_NEW);
+            assert_int_equal(check(a, "mid", edges[i], NULL), ACEMQ_AUDIT_DUPLICATE);
+        }
+        acemq_audit_free(a);
+    }
+}
+
+static void names(void **state)
+{
+    (void)state;
+    assert_string_equal(acemq_audit_result_name(ACEMQ_AUDIT_NEW), "NEW");
+    assert_string_equal(acemq_audit_result_name(ACEMQ_AUDIT_DUPLICATE), "DUPLICATE");
+    assert_string_equal(acemq_audit_result_name(ACEMQ_AUDIT_UNKNOWN), "UNKNOWN");
+    assert_string_equal(acemq_audit_result_name(ACEMQ_EINVAL), "ACEMQ_EINVAL");
+    assert_string_equal(acemq_audit_cause_name(ACEMQ_AUDIT_CAUSE_NONE), "NONE");
+    assert_string_equal(acemq_audit_cause_name(ACEMQ_AUDIT_EVICTED), "EVICTED");
+    assert_string_equal(acemq_audit_cause_name(ACEMQ_AUDIT_BEHIND_WINDOW), "BEHIND_WINDOW");
+    assert_string_equal(acemq_audit_cause_name(ACEMQ_AUDIT_BEFORE_START), "BEFORE_START");
+    assert_string_equal(acemq_audit_cause_name(42), "?");
+}
+
+/* ---- the connection audit ---- */
+
+static acemq_conn_audit *make_conn(uint32_t max_audits, int check, unsigned flags)
+{
+    acemq_conn_audit_options o;
+    acemq_conn_audit_options_init(&o);
+    assert_int_equal(o.max_audits, 1000);
+    assert_int_equal(o.check_for_duplicates, 1);
+    o.max_audits = max_audits;
+    o.check_for_duplicates = check;
+    o.audit.policy = ACEMQ_AUDIT_FAIL_CLOSED;
+    o.audit.flags = flags;
+    acemq_conn_audit *c = NULL;
+    assert_int_equal(acemq_conn_audit_new(&c, &o), 0);
+    return c;
+}
+
+static int ccheck(acemq_conn_audit *c, int kind, const char *dest, const char *consumer,
+                  const char *id, int *cause)
+{
+    return acemq_conn_audit_check(c, kind, dest, consumer, id, strlen(id), cause);
+}
+
+/* A queue's consumers share one audit: a message is handled once per queue. */
+static void queue_audit_is_shared(void **state)
+{
+    (void)state;
+    for (int f = 0; f < 2; f++) {
+        acemq_conn_audit *c = make_conn(1000, 1, f ? ACEMQ_AUDIT_THREAD_SAFE : 0);
+        const int Q = ACEMQ_AUDIT_QUEUE;
+        assert_int_equal(ccheck(c, Q, "orders", "c1", "p:1", NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(ccheck(c, Q, "orders", "c2", "p:1", NULL), ACEMQ_AUDIT_DUPLICATE);
+        assert_int_equal(ccheck(c, Q, "orders", NULL, "p:1", NULL), ACEMQ_AUDIT_DUPLICATE);
+        assert_int_equal(ccheck(c, Q, "invoices", "c1", "p:1", NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(acemq_conn_audit_rollback(c, Q, "orders", "c2", "p:1", 3), 1);
+        assert_int_equal(ccheck(c, Q, "orders", "c1", "p:1", NULL), ACEMQ_AUDIT_NEW);
+        assert_int_equal(acemq_conn_audit_rollback(c, Q, "nowhere", NULL, "p:1", 3), 0);
+        acemq_audit_stats s;
+        uint64_t audits = 0;
+        assert_int_equal(acemq_conn_audit_stats_get(c, &s, &audits), 0);
+        assert_true(audits == 2);
+        assert_true(s.checks == 5);
+        assert_true(s.duplicates == 2);
+        assert_true(s.rollbacks == 1);
+        acemq_conn_audit_free(c);
+    }
+}
+
+/* Each topic subscriber gets every message once: one audit per consumer. */
+static void topic_audit_is_per_consumer(void **state)
+{
+    (void)state;
+    acemq_conn_audit *c = make_conn(1000, 1, 0);
+    const int T = ACEMQ_AUDIT_TOPIC;
+    assert_int_equal(ccheck(c, T, "prices", "c1", "p:1", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(ccheck(c, T, "prices", "c2", "p:1", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(ccheck(c, T, "prices", "c1", "p:1", NULL), ACEMQ_AUDIT_DUPLICATE);
+    assert_int_equal(ccheck(c, T, "prices", "c2", "p:1", NULL), ACEMQ_AUDIT_DUPLICATE);
+    /* A consumer's audit covers all it subscribes to (wildcards included). */
+    assert_int_equal(ccheck(c, T, "other", "c1", "p:1", NULL), ACEMQ_AUDIT_DUPLICATE);
+    /* A queue and a consumer of the same name are different audits. */
+    assert_int_equal(ccheck(c, ACEMQ_AUDIT_QUEUE, "c1", NULL, "p:1", NULL), ACEMQ_AUDIT_NEW);
+    uint64_t audits = 0;
+    acemq_audit_stats s;
+    assert_int_equal(acemq_conn_audit_stats_get(c, &s, &audits), 0);
+    assert_true(audits == 3);
+    acemq_conn_audit_free(c);
+}
+
+/* Audits are kept in an LRU; one dropped takes its history with it. */
+static void audit_lru_evicts_whole_audits(void **state)
+{
+    (void)state;
+    acemq_conn_audit *c = make_conn(2, 1, 0);
+    const int Q = ACEMQ_AUDIT_QUEUE;
+    int cause;
+    assert_int_equal(ccheck(c, Q, "q1", NULL, "a:1", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(ccheck(c, Q, "q1", NULL, "b:1", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(ccheck(c, Q, "q2", NULL, "a:1", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(ccheck(c, Q, "q3", NULL, "a:1", NULL), ACEMQ_AUDIT_NEW); /* drops q1 */
+    acemq_audit_stats s;
+    uint64_t audits = 0;
+    assert_int_equal(acemq_conn_audit_stats_get(c, &s, &audits), 0);
+    assert_true(audits == 2);
+    assert_true(s.evictions == 2); /* q1's two producers */
+    assert_true(s.producers == 2);
+    assert_true(s.checks == 4);
+    /* q1 again: every producer's first id is UNKNOWN, later ones as usual. */
+    assert_int_equal(ccheck(c, Q, "q1", NULL, "a:1", &cause), ACEMQ_AUDIT_UNKNOWN);
+    assert_int_equal(cause, ACEMQ_AUDIT_EVICTED);
+    assert_int_equal(ccheck(c, Q, "q1", NULL, "a:1", NULL), ACEMQ_AUDIT_DUPLICATE);
+    assert_int_equal(ccheck(c, Q, "q1", NULL, "a:2", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(ccheck(c, Q, "q1", NULL, "c:9", &cause), ACEMQ_AUDIT_UNKNOWN);
+    assert_int_equal(cause, ACEMQ_AUDIT_EVICTED);
+    assert_int_equal(acemq_conn_audit_stats_get(c, &s, NULL), 0);
+    assert_true(s.unknown_evicted == 2);
+    acemq_conn_audit_free(c);
+}
+
+static void check_for_duplicates_switch(void **state)
+{
+    (void)state;
+    acemq_conn_audit *c = make_conn(1000, 0, 0);
+    const int Q = ACEMQ_AUDIT_QUEUE;
+    assert_int_equal(ccheck(c, Q, "q", NULL, "p:1", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(ccheck(c, Q, "q", NULL, "p:1", NULL), ACEMQ_AUDIT_NEW);
+    acemq_conn_audit_set_check_for_duplicates(c, 1);
+    assert_int_equal(ccheck(c, Q, "q", NULL, "p:1", NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(ccheck(c, Q, "q", NULL, "p:1", NULL), ACEMQ_AUDIT_DUPLICATE);
+    acemq_conn_audit_set_check_for_duplicates(c, 0);
+    assert_int_equal(ccheck(c, Q, "q", NULL, "p:1", NULL), ACEMQ_AUDIT_NEW);
+    acemq_audit_stats s;
+    assert_int_equal(acemq_conn_audit_stats_get(c, &s, NULL), 0);
+    assert_true(s.checks == 2);
+    acemq_conn_audit_set_check_for_duplicates(NULL, 1);
+    acemq_conn_audit_free(c);
+    acemq_conn_audit_free(NULL);
+}
+
+static void conn_audit_errors(void **state)
+{
+    (void)state;
+    acemq_conn_audit *c = make_conn(1000, 1, 0);
+    assert_int_equal(ccheck(c, 7, "q", "c", "p:1", NULL), ACEMQ_EINVAL);
+    assert_int_equal(ccheck(c, ACEMQ_AUDIT_QUEUE, NULL, "c", "p:1", NULL), ACEMQ_EINVAL);
+    assert_int_equal(ccheck(c, ACEMQ_AUDIT_TOPIC, "t", NULL, "p:1", NULL), ACEMQ_EINVAL);
+    assert_int_equal(ccheck(c, ACEMQ_AUDIT_QUEUE, "", NULL, "p:1", NULL), ACEMQ_EINVAL);
+    assert_int_equal(ccheck(c, ACEMQ_AUDIT_QUEUE, "q", NULL, "p1", NULL), ACEMQ_EINVAL);
+    char *big = malloc(ACEMQ_AUDIT_NAME_MAX + 2);
+    assert_non_null(big);
+    memset(big, 'n', ACEMQ_AUDIT_NAME_MAX + 1);
+    big[ACEMQ_AUDIT_NAME_MAX + 1] = '\0';
+    assert_int_equal(ccheck(c, ACEMQ_AUDIT_QUEUE, big, NULL, "p:1", NULL), ACEMQ_EINVAL);
+    big[ACEMQ_AUDIT_NAME_MAX] = '\0';
+    assert_int_equal(ccheck(c, ACEMQ_AUDIT_QUEUE, big, NULL, "p:1", NULL), ACEMQ_AUDIT_NEW);
+    free(big);
+    assert_int_equal(ccheck(NULL, ACEMQ_AUDIT_QUEUE, "q", NULL, "p:1", NULL), ACEMQ_EINVAL);
+    assert_int_equal(acemq_conn_audit_stats_get(c, NULL, NULL), ACEMQ_EINVAL);
+    acemq_conn_audit_free(c);
+
+    acemq_conn_audit_options o;
+    acemq_conn_audit_options_init(&o);
+    o.max_audits = 0;
+    assert_int_equal(acemq_conn_audit_new(&c, &o), ACEMQ_EINVAL);
+    assert_null(c);
+    acemq_conn_audit_options_init(&o);
+    o.audit.depth = 0;
+    assert_int_equal(acemq_conn_audit_new(&c, &o), ACEMQ_EINVAL);
+    assert_int_equal(acemq_conn_audit_new(&c, NULL), 0);
+    acemq_conn_audit_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(parses_activemq_ids),
+        cmocka_unit_test(rejects_malformed_ids),
+        cmocka_unit_test(parse_agrees_with_reference),
+        cmocka_unit_test(options_are_checked),
+        cmocka_unit_test(new_then_duplicate),
+        cmocka_unit_test(out_of_order_within_window),
+        cmocka_unit_test(before_start),
+        cmocka_unit_test(slides_across_many_windows),
+        cmocka_unit_test(window_matches_model),
+        cmocka_unit_test(window_matches_model_thread_safe),
+        cmocka_unit_test(rollback_lets_a_sequence_pass_again),
+        cmocka_unit_test(eviction_fail_closed),
+        cmocka_unit_test(eviction_fail_open),
+        cmocka_unit_test(sharded_eviction),
+        cmocka_unit_test(forgotten_evictions_are_counted),
+        cmocka_unit_test(sequences_near_2_64),
+        cmocka_unit_test(names),
+        cmocka_unit_test(queue_audit_is_shared),
+        cmocka_unit_test(topic_audit_is_per_consumer),
+        cmocka_unit_test(audit_lru_evicts_whole_audits),
+        cmocka_unit_test(check_for_duplicates_switch),
+        cmocka_unit_test(conn_audit_errors),
+    };
+    return cmocka_run_group_tests_name("audit", tests, NULL, NULL);
+}
