@@ -3,11 +3,12 @@ BUILD       ?= build
 BUILD_ASAN  ?= build-asan
 BUILD_TSAN  ?= build-tsan
 BUILD_BENCH ?= build-release
+BUILD_FUZZ  ?= build-fuzz
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX      ?= /usr/local
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo bench install sanitize format lint clean
+.PHONY: all deps build test demo bench install sanitize fuzz format lint clean
 
 all: build
 
@@ -48,6 +49,14 @@ sanitize: deps
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
 	cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  setarch -R ctest --output-on-failure -E '^install\.'
+
+# The libFuzzer targets (clang only) for a short fixed time over their seed
+# corpora: ctest's `fuzz` label, registered only with ACEMQ_BUILD_FUZZ.
+fuzz: deps
+	CC=clang cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=Debug -DACEMQ_BUILD_FUZZ=ON \
+	  -DACEMQ_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_audit_id
+	cd $(BUILD_FUZZ) && ctest --output-on-failure -L fuzz
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -11,6 +11,11 @@ packages=(
   libcmocka-dev               # the test framework
   libhiredis-dev redis-server # the Redis peer in the benchmarks
   clang-format clang-tidy cppcheck # the style and lint checks CI runs
+  clang libclang-rt-14-dev     # make fuzz: libFuzzer and clang's sanitizer runtimes
+  # ActiveMQ's own message audit, the peer of integration.audit_agreement and
+  # of the audit benchmark (bench/peers/activemq-peer.sh): a JDK to compile
+  # the harness, and ActiveMQ's client jar with the JMS and slf4j jars it needs.
+  default-jdk-headless libactivemq-java
 )
 
 missing=()

@@ -214,15 +214,13 @@ static int answer(acemq_audit *a, shard *s, int result, int cause)
     return ACEMQ_AUDIT_NEW;
 }
 
-static int check_in_shard(acemq_audit *a, shard *s, uint64_t hash, const void *producer, size_t len,
-                          uint64_t seq, int *cause)
+/* A producer we hold no window for: rare once producers are known, so kept
+ * out of line, off the check path's instruction cache. */
+static __attribute__((noinline)) int check_newcomer(acemq_audit *a, shard *s, uint64_t hash,
+                                                    const void *producer, size_t len, uint64_t seq,
+                                                    int *cause)
 {
-    acemq__lru_entry *e = acemq__lru_find(&s->producers, hash, producer, len);
-    if (e) {
-        int result =
-            acemq__window_check((acemq__window *)acemq__lru_payload(e), &a->shape, seq, cause);
-        return answer(a, s, result, *cause);
-    }
+    acemq__lru_entry *e;
     /* A producer we hold no window for. If we dropped its window, anything
      * up to this id may have been seen: its first id back is UNKNOWN. */
     int readmitted = acemq__ghosts_take(&s->ghosts, hash) || a->lost_history;
@@ -234,8 +232,21 @@ static int check_in_shard(acemq_audit *a, shard *s, uint64_t hash, const void *p
     return answer(a, s, ACEMQ_AUDIT_UNKNOWN, *cause);
 }
 
-int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_len,
-                          uint64_t sequence, int *cause)
+static inline int check_in_shard(acemq_audit *a, shard *s, uint64_t hash, const void *producer,
+                                 size_t len, uint64_t seq, int *cause)
+{
+    acemq__lru_entry *e = acemq__lru_find_fast(&s->producers, hash, producer, len);
+    if (!e) return check_newcomer(a, s, hash, producer, len, seq, cause);
+    int result =
+        acemq__window_check_fast((acemq__window *)acemq__lru_payload(e), &a->shape, seq, cause);
+    return answer(a, s, result, *cause);
+}
+
+/* Both check entry points, inline in each: the public check_seq is exported,
+ * and in position-independent code an exported function may be interposed,
+ * so the compiler would not inline it into check: a call per id. */
+static inline int check_split(acemq_audit *a, const void *producer, size_t producer_len,
+                              uint64_t sequence, int *cause)
 {
     int c = ACEMQ_AUDIT_CAUSE_NONE;
     if (cause) *cause = c;
@@ -250,13 +261,19 @@ int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_
     return rc;
 }
 
+int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_len,
+                          uint64_t sequence, int *cause)
+{
+    return check_split(a, producer, producer_len, sequence, cause);
+}
+
 int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
 {
     if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
     acemq_audit_id p;
     int rc = acemq__audit_split(id, id_len, &p);
     if (rc != 0) return rc;
-    return acemq_audit_check_seq(a, p.producer, p.producer_len, p.sequence, cause);
+    return check_split(a, p.producer, p.producer_len, p.sequence, cause);
 }
 
 int acemq_audit_rollback_seq(acemq_audit *a, const void *producer, size_t producer_len,

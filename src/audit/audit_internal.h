@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "acemq/audit.h"
 
 /* ---- window.c: one producer's sliding window of seen sequences ---- */
@@ -42,6 +43,30 @@ void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_
                         int readmitted);
 /* Records seq: ACEMQ_AUDIT_NEW, _DUPLICATE, or _UNKNOWN with *cause set. */
 int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq, int *cause);
+
+/* acemq__window_check for the check path, inline: the two common cases (the
+ * next sequence, and one inside the window) cost no call; everything else
+ * (a jump ahead, a sequence behind the window or before its start) goes to
+ * acemq__window_check, which answers exactly as it always did. */
+static inline int acemq__window_check_fast(acemq__window *w, const acemq__window_shape *sh,
+                                           uint64_t seq, int *cause)
+{
+    uint64_t pos = seq & sh->ring_mask;
+    uint64_t bit = (uint64_t)1 << (pos & 63);
+    uint64_t *word = &w->bits[pos >> 6];
+    if (seq > w->top) {
+        /* seq - top == 1 (no wrap: seq > top): the window slides by one, and
+         * clearing seq's stale bit then setting it is just setting it. */
+        if (seq - w->top != 1) return acemq__window_check(w, sh, seq, cause);
+        w->top = seq;
+        *word |= bit;
+        return ACEMQ_AUDIT_NEW;
+    }
+    if (seq < w->start || w->top - seq >= sh->depth) return acemq__window_check(w, sh, seq, cause);
+    int was = (*word & bit) != 0;
+    *word |= bit;
+    return was ? ACEMQ_AUDIT_DUPLICATE : ACEMQ_AUDIT_NEW;
+}
 /* Clears seq's bit: 1 when it was set, 0 otherwise. */
 int acemq__window_clear(acemq__window *w, const acemq__window_shape *sh, uint64_t seq);
 
@@ -86,6 +111,69 @@ int acemq__lru_init(acemq__lru *l, size_t expected, size_t payload_size);
 void acemq__lru_destroy(acemq__lru *l, void (*drop)(void *payload));
 /* The entry for key, made the most recent; NULL when absent. */
 acemq__lru_entry *acemq__lru_find(acemq__lru *l, uint64_t hash, const void *key, size_t len);
+
+static inline uint64_t acemq__lru_word(const unsigned char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* Keys are short: compared eight bytes at a time, inline, with no call on
+ * the check path. A key of 8 bytes or more ends with one word that overlaps
+ * the last full one, so no byte loop (a branch per byte) is left over. */
+static inline int acemq__lru_same_key(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    if (n >= 8) {
+        size_t last = n - 8;
+        for (size_t i = 0; i < last; i += 8)
+            if (acemq__lru_word(a + i) != acemq__lru_word(b + i)) return 0;
+        return acemq__lru_word(a + last) == acemq__lru_word(b + last);
+    }
+    for (; n > 0; n--)
+        if (*a++ != *b++) return 0;
+    return 1;
+}
+
+static inline int acemq__lru_matches(acemq__lru_entry *e, uint64_t hash, const void *key,
+                                     size_t len)
+{
+    return e->hash == hash && e->key_len == len &&
+           acemq__lru_same_key(acemq__lru_key(e), (const unsigned char *)key, len);
+}
+
+/* Makes e the most recent entry; nothing to do when it already is. */
+static inline void acemq__lru_touch(acemq__lru *l, acemq__lru_entry *e)
+{
+    acemq__lru_entry *h = l->head, *p = e->prev;
+    /* Only the head has no prev; an entry in the list means a head. */
+    if (h == e || !h || !p) return;
+    p->next = e->next;
+    if (e->next)
+        e->next->prev = p;
+    else
+        l->tail = p;
+    e->prev = NULL;
+    e->next = h;
+    h->prev = e;
+    l->head = e;
+}
+
+/* acemq__lru_find for the check path, inline. The most recent entry is
+ * tried first: a run of ids from one producer, common in real streams, then
+ * costs no bucket walk and no relinking. */
+static inline acemq__lru_entry *acemq__lru_find_fast(acemq__lru *l, uint64_t hash, const void *key,
+                                                     size_t len)
+{
+    acemq__lru_entry *e = l->head;
+    if (e && acemq__lru_matches(e, hash, key, len)) return e;
+    for (e = l->buckets[hash & l->mask].first; e; e = e->chain) {
+        if (!acemq__lru_matches(e, hash, key, len)) continue;
+        acemq__lru_touch(l, e);
+        return e;
+    }
+    return NULL;
+}
 /* Unlinks the least recent entry and hands it back for reuse; NULL when empty. */
 acemq__lru_entry *acemq__lru_pop_oldest(acemq__lru *l);
 /* Adds key (absent) as the most recent, in `reuse` when given (from

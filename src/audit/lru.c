@@ -16,21 +16,6 @@
 /* Room for an ActiveMQ producer id ("ID:host-port-millis-n:c:s:p") and then some. */
 #define MIN_KEY_CAP 64
 
-/* Keys are short: compared eight bytes at a time, inline, with no call on
- * the check path. */
-static int same_key(const unsigned char *a, const unsigned char *b, size_t n)
-{
-    for (; n >= 8; a += 8, b += 8, n -= 8) {
-        uint64_t x, y;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        if (x != y) return 0;
-    }
-    for (; n > 0; n--)
-        if (*a++ != *b++) return 0;
-    return 1;
-}
-
 int acemq__lru_init(acemq__lru *l, size_t expected, size_t payload_size)
 {
     memset(l, 0, sizeof *l);
@@ -86,17 +71,7 @@ static void push_front(acemq__lru *l, acemq__lru_entry *e)
 
 acemq__lru_entry *acemq__lru_find(acemq__lru *l, uint64_t hash, const void *key, size_t len)
 {
-    for (acemq__lru_entry *e = l->buckets[hash & l->mask].first; e; e = e->chain) {
-        if (e->hash != hash || e->key_len != len || !same_key(acemq__lru_key(e), key, len))
-            continue;
-        /* The same producer again and again is the common case: leave it be. */
-        if (l->head != e) {
-            unlink_recency(l, e);
-            push_front(l, e);
-        }
-        return e;
-    }
-    return NULL;
+    return acemq__lru_find_fast(l, hash, key, len);
 }
 
 acemq__lru_entry *acemq__lru_pop_oldest(acemq__lru *l)

@@ -1,0 +1,357 @@
+/* bench_audit.c — ns per id of acemq's message audit on issue 3's stream
+ * (2,000,000 ActiveMQ-style ids, 64 producers, 5 % redeliveries from the last
+ * 1,000), beside ActiveMQ's own audit timed on the same file in the same run,
+ * so the ratio holds on a noisy machine.
+ *
+ * Pairs: acemq_audit_check (the text id, parse included) beside ActiveMQ's
+ * isDuplicate(String) (which parses too), and acemq_audit_check_seq (producer
+ * and sequence split beforehand) beside isDuplicate(MessageId) on ids parsed
+ * beforehand. The thread-safe flavour is timed on one thread as well, to show
+ * what its locking costs. The ratio is ActiveMQ ns / acemq ns; the target is
+ * >= 10 (single thread). A missed target is printed, never a failure.
+ *
+ *   bench_audit [--gen PATH | --stream FILE] [--out FILE] [--reps N] [--no-peer]
+ *
+ * Exit status: 0 measured (peer skipped included), 1 something broke, 2 usage.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "acemq/audit.h"
+
+#ifndef ACEMQ_SOURCE_DIR
+#define ACEMQ_SOURCE_DIR "."
+#endif
+
+#define TARGET_RATIO 10.0
+#define PEER_SKIPPED 3 /* activemq-peer.sh: Java or ActiveMQ's jars are missing */
+
+typedef struct config {
+    const char *gen;    /* gen_audit_stream, run to make the stream */
+    const char *stream; /* or an existing stream */
+    const char *out_path;
+    const char *peer;
+    int reps;
+    int no_peer;
+} config;
+
+/* The stream, whole, and each id in it: text and pre-split. */
+typedef struct stream {
+    char *text;
+    size_t n;
+    const char **id;
+    size_t *id_len;
+    const char **producer;
+    size_t *producer_len;
+    uint64_t *seq;
+} stream;
+
+typedef struct peer_result {
+    double ns;   /* > 0 when measured */
+    int skipped; /* 1: exit 3 */
+} peer_result;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fputs("bench_audit: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) die("clock_gettime: %s", strerror(errno));
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) die("out of memory (%zu bytes)", n);
+    return p;
+}
+
+/* Paths go to the shell single-quoted; one holding a quote is refused
+ * rather than escaped, since none of ours does. */
+static void check_quotable(const char *path)
+{
+    if (strchr(path, '\'')) die("path with a single quote: %s", path);
+}
+
+static void load(stream *s, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) die("%s: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) die("%s: %s", path, strerror(errno));
+    long size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) die("%s: %s", path, strerror(errno));
+    s->text = xmalloc((size_t)size + 1);
+    if (fread(s->text, 1, (size_t)size, f) != (size_t)size) die("%s: short read", path);
+    fclose(f);
+    s->text[size] = '\0';
+    size_t lines = 0;
+    for (long i = 0; i < size; i++)
+        lines += s->text[i] == '\n';
+    lines++;
+    s->id = xmalloc(lines * sizeof *s->id);
+    s->id_len = xmalloc(lines * sizeof *s->id_len);
+    s->producer = xmalloc(lines * sizeof *s->producer);
+    s->producer_len = xmalloc(lines * sizeof *s->producer_len);
+    s->seq = xmalloc(lines * sizeof *s->seq);
+    s->n = 0;
+    for (char *p = s->text, *end = s->text + size; p < end;) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (len > 0) {
+            acemq_audit_id parsed;
+            if (acemq_audit_parse_id(p, len, &parsed) != 0)
+                die("%s: line %zu: %s", path, s->n + 1, parsed.error);
+            s->id[s->n] = p;
+            s->id_len[s->n] = len;
+            s->producer[s->n] = parsed.producer;
+            s->producer_len[s->n] = parsed.producer_len;
+            s->seq[s->n] = parsed.sequence;
+            s->n++;
+        }
+        p += len + 1;
+    }
+    if (s->n == 0) die("%s: no ids", path);
+}
+
+enum { FORM_TEXT, FORM_SPLIT };
+
+/* One pass over the stream in a fresh audit: ns per id; *dups gets the
+ * duplicates seen, which also keeps the loop's results alive. */
+static double run_once(const stream *s, int form, unsigned flags, size_t *dups)
+{
+    acemq_audit_options o;
+    acemq_audit_options_init(&o);
+    o.flags = flags;
+    acemq_audit *a;
+    if (acemq_audit_new(&a, &o) != 0) die("acemq_audit_new failed");
+    size_t d = 0;
+    double t0 = mono_now();
+    if (form == FORM_TEXT) {
+        for (size_t i = 0; i < s->n; i++) {
+            int rc = acemq_audit_check(a, s->id[i], s->id_len[i], NULL);
+            d += rc == ACEMQ_AUDIT_DUPLICATE;
+        }
+    } else {
+        for (size_t i = 0; i < s->n; i++) {
+            int rc = acemq_audit_check_seq(a, s->producer[i], s->producer_len[i], s->seq[i], NULL);
+            d += rc == ACEMQ_AUDIT_DUPLICATE;
+        }
+    }
+    double t1 = mono_now();
+    acemq_audit_stats st;
+    if (acemq_audit_stats_get(a, &st) != 0 || st.checks != s->n)
+        die("the audit answered %llu of %zu checks", (unsigned long long)st.checks, s->n);
+    acemq_audit_free(a);
+    *dups = d;
+    return (t1 - t0) * 1e9 / (double)s->n;
+}
+
+/* Median ns per id over reps passes, after one untimed warm-up pass. */
+static double measure(const stream *s, int form, unsigned flags, int reps, size_t *dups)
+{
+    double *v = xmalloc((size_t)reps * sizeof *v);
+    (void)run_once(s, form, flags, dups);
+    for (int r = 0; r < reps; r++) {
+        size_t d;
+        v[r] = run_once(s, form, flags, &d);
+        if (d != *dups) die("runs disagree: %zu then %zu duplicates", *dups, d);
+    }
+    double m = median(v, reps);
+    free(v);
+    return m;
+}
+
+/* Runs the peer's --time on the stream; its first stdout line is "ns_per_id X". */
+static peer_result run_peer(const config *cfg, const char *api, const char *path)
+{
+    peer_result r = {0, 0};
+    char cmd[4096];
+    int n = snprintf(cmd, sizeof cmd, "'%s' --time --api %s '%s'", cfg->peer, api, path);
+    if (n < 0 || (size_t)n >= sizeof cmd) die("peer command too long");
+    fflush(stdout);
+    FILE *p = popen(cmd, "r");
+    if (!p) die("popen: %s", strerror(errno));
+    char line[512];
+    double ns = 0;
+    int got = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (!got && sscanf(line, "ns_per_id %lf", &ns) == 1) {
+            got = 1;
+            continue;
+        }
+        fputs(line, stdout); /* the peer's human line */
+    }
+    int status = pclose(p);
+    if (status == -1) die("pclose: %s", strerror(errno));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == PEER_SKIPPED) {
+        r.skipped = 1;
+        return r;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !got || ns <= 0)
+        die("the ActiveMQ peer (--api %s) failed (status %d)", api, status);
+    r.ns = ns;
+    return r;
+}
+
+static void report(FILE *out, const char *name, double ns, const char *peer, const peer_result *pr)
+{
+    if (pr && pr->ns > 0) {
+        double ratio = pr->ns / ns;
+        printf("%-24s %10.2f  %-22s %10.2f %8.1fx  %s\n", name, ns, peer, pr->ns, ratio,
+               ratio >= TARGET_RATIO ? "yes" : "NO");
+        fprintf(out,
+                "{\"bench\":\"audit\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"ns/id\","
+                "\"peer\":\"%s\",\"peer_value\":%.2f,\"ratio\":%.3f,\"target\":\">= 10 x peer "
+                "speed\",\"target_met\":%s}\n",
+                name, ns, peer, pr->ns, ratio, ratio >= TARGET_RATIO ? "true" : "false");
+    } else {
+        const char *why = pr ? "skipped" : "-";
+        printf("%-24s %10.2f  %-22s %10s %9s  %s\n", name, ns, pr ? peer : "-", why, "-", "-");
+        fprintf(out,
+                "{\"bench\":\"audit\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"ns/id\","
+                "\"peer\":%s%s%s,\"peer_value\":null,\"ratio\":null,\"target\":%s,"
+                "\"target_met\":null}\n",
+                name, ns, pr ? "\"" : "", pr ? peer : "null", pr ? "\"" : "",
+                pr ? "\">= 10 x peer speed\"" : "null");
+    }
+    fflush(stdout);
+    if (fflush(out) != 0) die("writing results: %s", strerror(errno));
+}
+
+static void usage(const char *why)
+{
+    if (why) fprintf(stderr, "bench_audit: %s\n", why);
+    fputs("usage: bench_audit [--gen PATH | --stream FILE] [--out FILE] [--reps N] [--no-peer]\n"
+          "  --gen PATH     gen_audit_stream, run with its defaults (issue 3's stream)\n"
+          "  --stream FILE  an existing stream of ids instead\n"
+          "  --out FILE     append JSON lines here (default bench/results/latest.jsonl)\n"
+          "  --reps N       timed passes per measurement; the median is reported (default 7)\n"
+          "  --peer PATH    ActiveMQ's audit (default bench/peers/activemq-peer.sh)\n"
+          "  --no-peer      time acemq alone\n",
+          stderr);
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    config cfg = {0};
+    cfg.out_path = ACEMQ_SOURCE_DIR "/bench/results/latest.jsonl";
+    cfg.peer = ACEMQ_SOURCE_DIR "/bench/peers/activemq-peer.sh";
+    cfg.reps = 7;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--no-peer") == 0) {
+            cfg.no_peer = 1;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(NULL);
+        if (!v) usage("an option needs a value");
+        if (strcmp(a, "--gen") == 0)
+            cfg.gen = v;
+        else if (strcmp(a, "--stream") == 0)
+            cfg.stream = v;
+        else if (strcmp(a, "--out") == 0)
+            cfg.out_path = v;
+        else if (strcmp(a, "--peer") == 0)
+            cfg.peer = v;
+        else if (strcmp(a, "--reps") == 0) {
+            char *end;
+            long r = strtol(v, &end, 10);
+            if (*end != '\0' || r < 1 || r > 1000) usage("--reps: 1..1000");
+            cfg.reps = (int)r;
+        } else
+            usage("unknown option");
+        i++;
+    }
+    if (!cfg.gen == !cfg.stream) usage("give --gen or --stream");
+
+    char tmp[] = "/tmp/acemq-audit-stream.XXXXXX";
+    const char *path = cfg.stream;
+    if (cfg.gen) {
+        int fd = mkstemp(tmp);
+        if (fd < 0) die("mkstemp: %s", strerror(errno));
+        close(fd);
+        check_quotable(cfg.gen);
+        char cmd[4096];
+        int n = snprintf(cmd, sizeof cmd, "'%s' --out '%s' 2>/dev/null", cfg.gen, tmp);
+        if (n < 0 || (size_t)n >= sizeof cmd) die("generator command too long");
+        if (system(cmd) != 0) die("%s failed", cfg.gen);
+        path = tmp;
+    }
+    check_quotable(path);
+    check_quotable(cfg.peer);
+
+    stream s;
+    load(&s, path);
+    FILE *out = fopen(cfg.out_path, "a");
+    if (!out) die("%s: %s", cfg.out_path, strerror(errno));
+
+    printf("message audit: %zu ids from %s; median of %d passes, ns per id, one thread\n", s.n,
+           cfg.gen ? "gen_audit_stream (issue 3's stream)" : path, cfg.reps);
+    size_t dups_text, dups_split, dups_ts;
+    double text = measure(&s, FORM_TEXT, 0, cfg.reps, &dups_text);
+    double split = measure(&s, FORM_SPLIT, 0, cfg.reps, &dups_split);
+    double ts_text = measure(&s, FORM_TEXT, ACEMQ_AUDIT_THREAD_SAFE, cfg.reps, &dups_ts);
+    if (dups_split != dups_text || dups_ts != dups_text)
+        die("the forms disagree: %zu, %zu, %zu duplicates", dups_text, dups_split, dups_ts);
+    printf("acemq: %zu duplicates found by every form\n", dups_text);
+
+    peer_result p_string = {0, 1}, p_msgid = {0, 1};
+    if (!cfg.no_peer) {
+        p_string = run_peer(&cfg, "string", path);
+        p_msgid = run_peer(&cfg, "messageid", path);
+        if (p_string.skipped || p_msgid.skipped)
+            printf("ActiveMQ peer skipped: Java or ActiveMQ's jars are not installed "
+                   "(bench/peers/activemq-peer.sh exited %d)\n",
+                   PEER_SKIPPED);
+    } else {
+        printf("ActiveMQ peer skipped: --no-peer\n");
+    }
+
+    printf("\n%-24s %10s  %-22s %10s %9s  %s\n", "case", "acemq ns", "peer", "peer ns", "ratio",
+           "ratio >= 10");
+    report(out, "text/check", text, "activemq-string", &p_string);
+    report(out, "split/check_seq", split, "activemq-messageid", &p_msgid);
+    report(out, "text/check/thread-safe", ts_text, "activemq-string", &p_string);
+
+    if (fclose(out) != 0) die("%s: %s", cfg.out_path, strerror(errno));
+    if (cfg.gen) unlink(tmp);
+    free(s.text);
+    free(s.id);
+    free(s.id_len);
+    free(s.producer);
+    free(s.producer_len);
+    free(s.seq);
+    return 0;
+}

@@ -1,0 +1,38 @@
+/* cli.h — what the commands of the `acemq` tool share: the shape of a command,
+ * the exit statuses every command keeps, and the option helpers (args.c).
+ * One file per command; main.c lists them in one table.
+ */
+#ifndef ACEMQ_CLI_H
+#define ACEMQ_CLI_H
+
+#include <stdint.h>
+
+/* Exit statuses, the same for every command so scripts can rely on them:
+ * 0 the job was done; 1 it was done badly or not at all (bad input, I/O,
+ * memory); 2 the command line was wrong and nothing was done. */
+enum { ACEMQ_CLI_OK = 0, ACEMQ_CLI_FAIL = 1, ACEMQ_CLI_USAGE = 2 };
+
+/* A command gets argv with argv[0] its own name ("audit") and returns an
+ * exit status. `--help` is each command's own business. */
+typedef struct acemq__cli_command {
+    const char *name;
+    const char *summary; /* one line for `acemq --help` */
+    int (*run)(int argc, char **argv);
+} acemq__cli_command;
+
+/* The commands (one file each). */
+int acemq__cli_audit(int argc, char **argv);
+
+/* Matches argv[*i] against option `name` ("--depth") given as "--depth VALUE"
+ * or "--depth=VALUE". 0: not this option. 1: matched, *value set, *i moved past
+ * a separate value. -1: matched but the value is missing (said on stderr,
+ * prefixed with cmd). */
+int acemq__cli_option(const char *cmd, int argc, char **argv, int *i, const char *name,
+                      const char **value);
+
+/* Parses text as a decimal number in [lo, hi] into *out: 0, or -1 after saying
+ * why on stderr, prefixed with cmd and opt. Digits only: no sign, no spaces. */
+int acemq__cli_parse_u32(const char *cmd, const char *opt, const char *text, uint32_t lo,
+                         uint32_t hi, uint32_t *out);
+
+#endif
