@@ -15,6 +15,7 @@
  * Exit status: 0 measured (peer skipped included), 1 something broke, 2 usage.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "bench_common.h"
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -57,38 +58,6 @@ typedef struct peer_result {
     double ns;   /* > 0 when measured */
     int skipped; /* 1: exit 3 */
 } peer_result;
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    fflush(stdout);
-    fputs("bench_audit: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
-}
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) die("clock_gettime: %s", strerror(errno));
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void *xmalloc(size_t n)
 {
@@ -265,6 +234,7 @@ static void usage(const char *why)
 
 int main(int argc, char **argv)
 {
+    bench_name = "bench_audit";
     config cfg = {0};
     cfg.out_path = ACEMQ_SOURCE_DIR "/bench/results/latest.jsonl";
     cfg.peer = ACEMQ_SOURCE_DIR "/bench/peers/activemq-peer.sh";

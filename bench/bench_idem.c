@@ -8,6 +8,7 @@
  * setting and thread count. A missed target is printed, never a failure: benchmarks
  * measure, tests assert. The exit status is non-zero only when something broke.
  */
+#include "bench_common.h"
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -60,26 +61,6 @@ static char *g_ids; /* ids[i] at g_ids + i * ID_STRIDE */
 static const char *id_at(size_t i)
 {
     return g_ids + i * ID_STRIDE;
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    fflush(stdout);
-    fputs("bench_idem: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
-}
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) die("clock_gettime: %s", strerror(errno));
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* The raw peer reads wall-clock time per write, as acemq's system clock does. */
@@ -209,18 +190,6 @@ static double least_share(const worker *ws, int n)
     for (int t = 0; t < n; t++)
         if (ws[t].done < least) least = ws[t].done;
     return done ? (double)least / (double)done : 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ------------------------------------------------------------------ acemq */
@@ -911,6 +880,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    bench_name = "bench_idem";
     config cfg = {0};
     cfg.out_path = ACEMQ_SOURCE_DIR "/bench/results/latest.jsonl";
     for (int i = 1; i < argc; i++) {

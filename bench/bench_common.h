@@ -1,0 +1,19 @@
+/* bench_common.h — what every benchmark needs: failing loudly, a monotonic
+ * clock, and the median of repeated runs (figures are medians, so one noisy
+ * run on a shared machine does not decide them). */
+#ifndef ACEMQ_BENCH_COMMON_H
+#define ACEMQ_BENCH_COMMON_H
+
+/* The program's name in die()'s messages; set it first thing in main. */
+extern const char *bench_name;
+
+/* Prints "<bench_name>: <message>" on stderr and exits 1. */
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* CLOCK_MONOTONIC in seconds. */
+double mono_now(void);
+
+/* The median of v[0..n), n > 0; sorts v. */
+double median(double *v, int n);
+
+#endif
