@@ -216,24 +216,47 @@ static int find_audit(acemq_conn_audit *c, shard *s, const key *k, int create, a
     return 0;
 }
 
+static void unlock_shard(acemq_conn_audit *c, shard *s)
+{
+    if (c->locked) pthread_mutex_unlock(&s->lock);
+}
+
+/* What check and rollback both start from: the parsed id, and the audit for
+ * (kind, destination, consumer) with its shard locked. */
+typedef struct located {
+    acemq_audit_id id;
+    shard *shard;
+    acemq_audit *audit; /* NULL when !create and there is none */
+} located;
+
+/* 0 with l->shard locked (the caller unlocks it with unlock_shard), or an
+ * error with nothing locked. */
+static int locate(acemq_conn_audit *c, int kind, const char *destination, const char *consumer,
+                  const char *id, size_t id_len, int create, located *l)
+{
+    int rc = acemq_audit_parse_id(id, id_len, &l->id);
+    if (rc != 0) return rc;
+    key k;
+    rc = make_key(&k, kind, destination, consumer);
+    if (rc != 0) return rc;
+    l->shard = shard_for(c, k.hash);
+    if (c->locked) pthread_mutex_lock(&l->shard->lock);
+    rc = find_audit(c, l->shard, &k, create, &l->audit);
+    if (rc != 0) unlock_shard(c, l->shard);
+    return rc;
+}
+
 int acemq_conn_audit_check(acemq_conn_audit *c, int kind, const char *destination,
                            const char *consumer, const char *id, size_t id_len, int *cause)
 {
     if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
     if (!c) return ACEMQ_EINVAL;
     if (!atomic_load_explicit(&c->enabled, memory_order_relaxed)) return ACEMQ_AUDIT_NEW;
-    acemq_audit_id p;
-    int rc = acemq_audit_parse_id(id, id_len, &p);
+    located l;
+    int rc = locate(c, kind, destination, consumer, id, id_len, 1, &l);
     if (rc != 0) return rc;
-    key k;
-    rc = make_key(&k, kind, destination, consumer);
-    if (rc != 0) return rc;
-    shard *s = shard_for(c, k.hash);
-    if (c->locked) pthread_mutex_lock(&s->lock);
-    acemq_audit *a = NULL;
-    rc = find_audit(c, s, &k, 1, &a);
-    if (rc == 0) rc = acemq_audit_check_seq(a, p.producer, p.producer_len, p.sequence, cause);
-    if (c->locked) pthread_mutex_unlock(&s->lock);
+    rc = acemq_audit_check_seq(l.audit, l.id.producer, l.id.producer_len, l.id.sequence, cause);
+    unlock_shard(c, l.shard);
     return rc;
 }
 
@@ -241,18 +264,12 @@ int acemq_conn_audit_rollback(acemq_conn_audit *c, int kind, const char *destina
                               const char *consumer, const char *id, size_t id_len)
 {
     if (!c) return ACEMQ_EINVAL;
-    acemq_audit_id p;
-    int rc = acemq_audit_parse_id(id, id_len, &p);
+    located l;
+    int rc = locate(c, kind, destination, consumer, id, id_len, 0, &l);
     if (rc != 0) return rc;
-    key k;
-    rc = make_key(&k, kind, destination, consumer);
-    if (rc != 0) return rc;
-    shard *s = shard_for(c, k.hash);
-    if (c->locked) pthread_mutex_lock(&s->lock);
-    acemq_audit *a = NULL;
-    rc = find_audit(c, s, &k, 0, &a);
-    if (rc == 0 && a) rc = acemq_audit_rollback_seq(a, p.producer, p.producer_len, p.sequence);
-    if (c->locked) pthread_mutex_unlock(&s->lock);
+    if (l.audit)
+        rc = acemq_audit_rollback_seq(l.audit, l.id.producer, l.id.producer_len, l.id.sequence);
+    unlock_shard(c, l.shard);
     return rc;
 }
 
