@@ -21,8 +21,13 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The servers the integration suites talk to, started on loopback for the
+# run and stopped afterwards (scripts/services.sh).
+SERVICES    ?= postgres
+WITH_SERVICES = scripts/with-services.sh $(SERVICES) --
+
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(WITH_SERVICES) sh -c 'cd $(BUILD) && ctest --output-on-failure -j $(JOBS)'
 
 demo: build
 	$(BUILD)/acemq-demo
@@ -30,7 +35,7 @@ demo: build
 bench: deps
 	cmake -S . -B $(BUILD_BENCH) -DCMAKE_BUILD_TYPE=Release -DACEMQ_BUILD_TESTS=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD_BENCH) -j $(JOBS)
-	cmake --build $(BUILD_BENCH) --target bench
+	$(WITH_SERVICES) cmake --build $(BUILD_BENCH) --target bench
 
 install: build
 	cmake --install $(BUILD)
@@ -42,13 +47,13 @@ sanitize: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DACEMQ_BUILD_BENCH=OFF \
 	  -DACEMQ_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
-	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+	$(WITH_SERVICES) sh -c 'cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)'
 	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DACEMQ_BUILD_BENCH=OFF \
 	  -DACEMQ_SANITIZE=thread $(CMAKE_FLAGS)
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
-	cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  setarch -R ctest --output-on-failure -E '^install\.'
+	$(WITH_SERVICES) sh -c 'cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  setarch -R ctest --output-on-failure -E "^install\."'
 
 # The libFuzzer targets (clang only) for a short fixed time over their seed
 # corpora: ctest's `fuzz` label, registered only with ACEMQ_BUILD_FUZZ.

@@ -8,6 +8,8 @@ packages=(
   build-essential cmake pkg-config
   libsqlite3-dev sqlite3      # the embedded default store
   libxxhash-dev               # the memory store's hash (XXH3)
+  libpq-dev postgresql        # the outbox on PostgreSQL, and the server its tests run against
+  libjansson-dev              # outbox headers as a JSON object (and, for the relay, back)
   libcmocka-dev               # the test framework
   libhiredis-dev redis-server # the Redis peer in the benchmarks
   clang-format clang-tidy cppcheck # the style and lint checks CI runs

@@ -9,7 +9,8 @@
 #   scripts/services.sh env    [redis|postgres|rabbitmq|all]   (prints export lines)
 #
 # Environment: ACEMQ_SERVICES_DIR (default /tmp/acemq-services),
-# ACEMQ_REDIS_PORT (default 6390).
+# ACEMQ_REDIS_PORT (default 6390), ACEMQ_PG_PORT (default 5440),
+# ACEMQ_PG_BIN (default the newest /usr/lib/postgresql/*/bin).
 #
 # Exit codes: 0 done; 1 failed; 2 usage, or a service not supported yet;
 # 3 the server's binary is not installed (scripts/deps.sh installs it).
@@ -120,6 +121,97 @@ svc_redis_status() {
 svc_redis_env() {
     printf 'export ACEMQ_REDIS_PORT=%s\n' "$REDIS_PORT"
     printf 'export ACEMQ_REDIS_URL=redis://127.0.0.1:%s\n' "$REDIS_PORT"
+}
+
+# --- postgres ------------------------------------------------------------
+
+PG_PORT="${ACEMQ_PG_PORT:-5440}"
+PG_DIR="$SERVICES_DIR/postgres"
+# Debian's server binaries are not on PATH; the newest installed major wins.
+PG_BIN="${ACEMQ_PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}"
+
+# Runs a command as the user that owns the cluster. initdb refuses to run as
+# root, so under root (CI, make test on a fresh machine) that is `postgres`,
+# which Debian's package creates; otherwise it is whoever we are.
+as_pg_owner() {
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+pg_ready() {
+    "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" 2>/dev/null
+}
+
+svc_postgres_start() {
+    if [ -z "$PG_BIN" ] || [ ! -x "$PG_BIN/initdb" ] || [ ! -x "$PG_BIN/pg_ctl" ]; then
+        say "postgres: initdb/pg_ctl not found under /usr/lib/postgresql/*/bin (scripts/deps.sh installs postgresql)" >&2
+        exit 3
+    fi
+    if pg_ready; then
+        say "postgres: already running on 127.0.0.1:$PG_PORT"
+        return 0
+    fi
+    mkdir -p "$PG_DIR"
+    [ "$(id -u)" -ne 0 ] || chown postgres: "$SERVICES_DIR" "$PG_DIR"
+    if [ ! -s "$PG_DIR/data/PG_VERSION" ]; then
+        # trust on loopback only: a throwaway cluster for tests, reachable
+        # from this machine alone, with the superuser `acemq`.
+        as_pg_owner "$PG_BIN/initdb" -D "$PG_DIR/data" -U acemq --auth=trust \
+            --encoding=UTF8 --locale=C >"$PG_DIR/initdb.log" 2>&1 ||
+            { tail -n 20 "$PG_DIR/initdb.log" >&2; die "postgres: initdb failed"; }
+    fi
+    say "postgres: starting on 127.0.0.1:$PG_PORT, data in $PG_DIR/data"
+    # fsync off: the cluster is thrown away, and the tests are about
+    # behaviour, not durability of this disk. The socket goes to our own
+    # directory so no system-wide /var/run/postgresql is needed.
+    as_pg_owner "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 30 \
+        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR -c fsync=off -c max_connections=100" \
+        start >/dev/null ||
+        { tail -n 20 "$PG_DIR/server.log" >&2 2>/dev/null; die "postgres: pg_ctl start failed"; }
+    local i
+    for ((i = 0; i < WAIT_TENTHS; i++)); do
+        if pg_ready; then
+            "$PG_BIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U acemq -d postgres \
+                -c 'CREATE DATABASE acemq' >/dev/null 2>&1 || true
+            say "postgres: up"
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "postgres: not ready on 127.0.0.1:$PG_PORT after $((WAIT_TENTHS / 10)) s"
+}
+
+svc_postgres_stop() {
+    if [ -s "$PG_DIR/data/postmaster.pid" ] && [ -n "$PG_BIN" ]; then
+        say "postgres: stopping on 127.0.0.1:$PG_PORT"
+        as_pg_owner "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w -t 30 stop >/dev/null ||
+            say "postgres: pg_ctl stop failed; see $PG_DIR/server.log"
+    elif pg_ready; then
+        say "postgres: 127.0.0.1:$PG_PORT answers but was not started from $PG_DIR; left running"
+    else
+        say "postgres: not running"
+    fi
+    if [ -d "$PG_DIR" ]; then
+        say "postgres: removing $PG_DIR"
+        rm -rf -- "$PG_DIR"
+    fi
+}
+
+svc_postgres_status() {
+    if pg_ready; then
+        say "postgres: running on 127.0.0.1:$PG_PORT"
+    else
+        say "postgres: not running"
+        return 1
+    fi
+}
+
+svc_postgres_env() {
+    printf 'export ACEMQ_PG_PORT=%s\n' "$PG_PORT"
+    printf 'export ACEMQ_PG_URL=postgres://acemq@127.0.0.1:%s/acemq\n' "$PG_PORT"
 }
 
 # --- dispatch ------------------------------------------------------------

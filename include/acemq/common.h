@@ -53,6 +53,13 @@ ACEMQ_EXTERN const char *acemq_err_name(int code);
 /* The library's version, "MAJOR.MINOR.PATCH". */
 ACEMQ_EXTERN const char *acemq_version(void);
 
+/* SQLite's PRAGMA synchronous, for the stores on SQLite. */
+typedef enum acemq_sync_mode {
+    ACEMQ_SYNC_OFF = 0,
+    ACEMQ_SYNC_NORMAL = 1,
+    ACEMQ_SYNC_FULL = 2
+} acemq_sync_mode;
+
 /* A clock in milliseconds. Leases and retention read time only through this,
  * so tests move time instead of sleeping. now_ms must be safe to call from
  * several threads at once. */

@@ -36,13 +36,6 @@ typedef enum acemq_claim_status {
     ACEMQ_IN_PROGRESS = 2
 } acemq_claim_status;
 
-/* SQLite's PRAGMA synchronous, for the sqlite backend. */
-typedef enum acemq_sync_mode {
-    ACEMQ_SYNC_OFF = 0,
-    ACEMQ_SYNC_NORMAL = 1,
-    ACEMQ_SYNC_FULL = 2
-} acemq_sync_mode;
-
 /* Flags for acemq_idem_options.flags. */
 enum {
     /* On a caller-passed database connection, confirm() writes inside the

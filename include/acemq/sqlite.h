@@ -8,6 +8,7 @@
 
 #include <sqlite3.h>
 #include "acemq/idem.h"
+#include "acemq/outbox.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +22,17 @@ extern "C" {
  * Operations that need several statements run in a SAVEPOINT when the caller
  * has a transaction open, so they commit or roll back with it. */
 ACEMQ_EXTERN int acemq_idem_open_sqlite(acemq_idem **out, sqlite3 *db, const acemq_idem_options *o);
+
+/* Writes r into the outbox inside the transaction open on db, so the record
+ * commits or rolls back with the caller's work. Never begins, commits or
+ * opens anything: with no transaction open it returns ACEMQ_ENOTX and writes
+ * nothing. ACEMQ_EEXIST when a record with r->id exists (the transaction
+ * stays open and unharmed); ACEMQ_EINVAL or ACEMQ_ERANGE for a bad record,
+ * ACEMQ_ESCHEMA when the outbox table was never created (acemq_outbox_open
+ * creates it). id_out (NULL, or ACEMQ_OUTBOX_ID_MAX + 1 bytes) gets the id
+ * written, generated or not. Errors are explained by acemq_outbox_errmsg(NULL). */
+ACEMQ_EXTERN int acemq_outbox_add_sqlite(sqlite3 *db, const acemq_outbox_record *r,
+                                         const acemq_outbox_add_options *o, char *id_out);
 
 #ifdef __cplusplus
 }

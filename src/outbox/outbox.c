@@ -1,0 +1,411 @@
+/* outbox.c — the backend-neutral half of the outbox's draining side.
+ *
+ * Checks every argument before a backend sees it, resolves the time (the
+ * injected clock, or the database's own), draws back-off jitter, and owns the
+ * buffer that claimed records are copied into, so backends stay small.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "outbox/outbox_backend.h"
+
+void acemq_outbox_options_init(acemq_outbox_options *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->max_attempts = 10;
+    o->backoff_base_ms = 1000;
+    o->backoff_max_ms = 300000;
+    o->jitter_percent = 20;
+    o->synchronous = ACEMQ_SYNC_FULL;
+    o->busy_timeout_ms = 5000;
+}
+
+/* ------------------------------------------------------------------ errors */
+
+static _Thread_local char thread_error[512];
+
+int acemq__outbox_fail(acemq_outbox *h, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(h ? h->errmsg : thread_error, h ? sizeof h->errmsg : sizeof thread_error, fmt,
+                    ap);
+    va_end(ap);
+    return code;
+}
+
+int acemq__outbox_fail_thread(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(thread_error, sizeof thread_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *acemq_outbox_errmsg(const acemq_outbox *h)
+{
+    return h ? h->errmsg : thread_error;
+}
+
+/* ------------------------------------------------------------ the batch */
+
+void acemq__outbox_batch_reset(acemq_outbox *h)
+{
+    h->batch.len = 0;
+    h->batch.n = 0;
+}
+
+/* Appends len bytes and a NUL; *off gets where they start, or SIZE_MAX for
+ * SQL NULL. */
+static int put(acemq__outbox_batch *b, const void *p, size_t len, size_t *off)
+{
+    if (!p) {
+        *off = SIZE_MAX;
+        return 0;
+    }
+    if (b->cap - b->len < len + 1) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->len < len + 1) {
+            if (cap > SIZE_MAX / 2) return ACEMQ_ENOMEM;
+            cap *= 2;
+        }
+        char *nb = realloc(b->buf, cap);
+        if (!nb) return ACEMQ_ENOMEM;
+        b->buf = nb;
+        b->cap = cap;
+    }
+    *off = b->len;
+    if (len) memcpy(b->buf + b->len, p, len);
+    b->buf[b->len + len] = '\0';
+    b->len += len + 1;
+    return 0;
+}
+
+static int put_str(acemq__outbox_batch *b, const char *s, size_t *off)
+{
+    return put(b, s, s ? strlen(s) : 0, off);
+}
+
+static const char *at(const acemq__outbox_batch *b, size_t off)
+{
+    return off == SIZE_MAX ? NULL : b->buf + off;
+}
+
+int acemq__outbox_batch_add(acemq_outbox *h, const acemq__outbox_row *row)
+{
+    acemq__outbox_batch *b = &h->batch;
+    if (b->n == b->msgs_cap) {
+        size_t cap = b->msgs_cap ? b->msgs_cap * 2 : 64;
+        acemq_outbox_msg *m = realloc(b->msgs, cap * sizeof *m);
+        if (!m) return acemq__outbox_fail(h, ACEMQ_ENOMEM, "out of memory copying a batch");
+        b->msgs = m;
+        int64_t *s = realloc(b->seqs, cap * sizeof *s);
+        if (!s) return acemq__outbox_fail(h, ACEMQ_ENOMEM, "out of memory copying a batch");
+        b->seqs = s;
+        acemq__msg_offsets *o = realloc(b->offs, cap * sizeof *o);
+        if (!o) return acemq__outbox_fail(h, ACEMQ_ENOMEM, "out of memory copying a batch");
+        b->offs = o;
+        b->msgs_cap = cap;
+    }
+    size_t *off = b->offs[b->n].at;
+    static const char empty[] = "";
+    int rc = put_str(b, row->id, &off[0]);
+    if (!rc) rc = put_str(b, row->destination, &off[1]);
+    if (!rc) rc = put_str(b, row->routing_key, &off[2]);
+    if (!rc) rc = put_str(b, row->ordering_key, &off[3]);
+    if (!rc) rc = put_str(b, row->headers_json, &off[4]);
+    if (!rc) rc = put_str(b, row->content_type, &off[5]);
+    if (!rc) rc = put_str(b, row->last_error, &off[6]);
+    /* A NULL body column reads as empty: the schema says NOT NULL, but a
+     * hand-written row must not crash a relay. */
+    if (!rc) rc = put(b, row->body ? row->body : empty, row->body ? row->body_len : 0, &off[7]);
+    if (rc) return acemq__outbox_fail(h, rc, "out of memory copying a batch");
+    acemq_outbox_msg *m = &b->msgs[b->n];
+    m->body_len = row->body ? row->body_len : 0;
+    m->created_ms = row->created_ms;
+    m->attempts = row->attempts;
+    m->token = row->token;
+    b->seqs[b->n] = row->seq;
+    b->n++;
+    return 0;
+}
+
+static void batch_finish(acemq__outbox_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        acemq_outbox_msg *m = &b->msgs[i];
+        const size_t *off = b->offs[i].at;
+        m->id = at(b, off[0]);
+        m->destination = at(b, off[1]);
+        m->routing_key = at(b, off[2]);
+        m->ordering_key = at(b, off[3]);
+        m->headers_json = at(b, off[4]);
+        m->content_type = at(b, off[5]);
+        m->last_error = at(b, off[6]);
+        m->body = at(b, off[7]);
+    }
+    /* Oldest first: UPDATE ... RETURNING hands rows back in no set order.
+     * Insertion sort, since rows mostly come back sorted already. */
+    for (size_t i = 1; i < b->n; i++) {
+        acemq_outbox_msg m = b->msgs[i];
+        int64_t s = b->seqs[i];
+        size_t j = i;
+        for (; j > 0 && b->seqs[j - 1] > s; j--) {
+            b->msgs[j] = b->msgs[j - 1];
+            b->seqs[j] = b->seqs[j - 1];
+        }
+        b->msgs[j] = m;
+        b->seqs[j] = s;
+    }
+}
+
+/* ------------------------------------------------------------ handles */
+
+static int check_options(const acemq_outbox_options *o, char *why, size_t cap)
+{
+    if (o->max_attempts < 1) return snprintf(why, cap, "max_attempts must be at least 1"), 1;
+    if (o->backoff_base_ms < 0 || o->backoff_max_ms < o->backoff_base_ms)
+        return snprintf(why, cap, "backoff_base_ms must be >= 0 and <= backoff_max_ms"), 1;
+    if (o->jitter_percent < 0 || o->jitter_percent > 100)
+        return snprintf(why, cap, "jitter_percent must be within 0..100"), 1;
+    if (o->synchronous < 0 || o->synchronous > 2)
+        return snprintf(why, cap, "synchronous must be an acemq_sync_mode"), 1;
+    if (o->busy_timeout_ms < 0) return snprintf(why, cap, "busy_timeout_ms must be >= 0"), 1;
+    return 0;
+}
+
+int acemq_outbox_open(acemq_outbox **out, const char *url, const acemq_outbox_options *o)
+{
+    if (!out) return acemq__outbox_fail_thread(ACEMQ_EINVAL, "out must not be NULL");
+    *out = NULL;
+    if (!url) return acemq__outbox_fail_thread(ACEMQ_EINVAL, "url must not be NULL");
+    acemq_outbox *h = calloc(1, sizeof *h);
+    if (!h) return acemq__outbox_fail_thread(ACEMQ_ENOMEM, "out of memory");
+    if (o)
+        h->opts = *o;
+    else
+        acemq_outbox_options_init(&h->opts);
+    char why[256];
+    if (check_options(&h->opts, why, sizeof why)) {
+        free(h);
+        return acemq__outbox_fail_thread(ACEMQ_EINVAL, "options: %s", why);
+    }
+    h->has_clock = h->opts.clock != NULL;
+    if (h->opts.clock) h->clock = *h->opts.clock;
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    h->rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)h;
+    if (!h->rng) h->rng = 0x9E3779B97F4A7C15ULL;
+
+    int rc;
+    if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0) {
+        rc = acemq__outbox_open_pg(h, url);
+    } else {
+        acemq__url u;
+        rc = acemq__url_parse(&u, url);
+        if (rc != 0) {
+            acemq__outbox_fail(h, rc, "'%s' is not a URL of the form scheme:rest", url);
+        } else {
+            if (strcmp(u.scheme, "sqlite") == 0) {
+                /* One machine, one clock: SQLite has no server to ask. */
+                if (!h->has_clock) h->clock = *acemq_clock_system(), h->has_clock = 1;
+                rc = acemq__outbox_open_sqlite(h, &u);
+            } else {
+                rc = acemq__outbox_fail(
+                    h, ACEMQ_EURL, "unknown outbox '%s:'; known: sqlite:, postgres://", u.scheme);
+            }
+            acemq__url_free(&u);
+        }
+    }
+    if (rc != 0) {
+        (void)acemq__outbox_fail_thread(rc, "%s", h->errmsg);
+        free(h);
+        return rc;
+    }
+    *out = h;
+    return 0;
+}
+
+void acemq_outbox_close(acemq_outbox *h)
+{
+    if (!h) return;
+    if (h->methods) h->methods->close(h);
+    free(h->batch.buf);
+    free(h->batch.msgs);
+    free(h->batch.seqs);
+    free(h->batch.offs);
+    free(h);
+}
+
+const char *acemq_outbox_backend(const acemq_outbox *h)
+{
+    return h && h->methods ? h->methods->name : NULL;
+}
+
+static int64_t now_of(acemq_outbox *h)
+{
+    return h->has_clock ? h->clock.now_ms(h->clock.ctx) : ACEMQ__DB_NOW;
+}
+
+static int check_id(acemq_outbox *h, const char *id)
+{
+    if (!id || !*id) return acemq__outbox_fail(h, ACEMQ_EINVAL, "id must be a non-empty string");
+    if (strlen(id) > ACEMQ_OUTBOX_ID_MAX)
+        return acemq__outbox_fail(h, ACEMQ_EINVAL, "id is longer than %d bytes",
+                                  ACEMQ_OUTBOX_ID_MAX);
+    return 0;
+}
+
+#define CHECK_HANDLE(h)                                                                            \
+    do {                                                                                           \
+        if (!(h)) return ACEMQ_EINVAL;                                                             \
+    } while (0)
+
+int acemq_outbox_claim_batch(acemq_outbox *h, size_t max, int64_t lease_ms,
+                             const acemq_outbox_msg **msgs, size_t *n)
+{
+    CHECK_HANDLE(h);
+    if (!msgs || !n) return acemq__outbox_fail(h, ACEMQ_EINVAL, "msgs and n must not be NULL");
+    *msgs = NULL;
+    *n = 0;
+    if (max == 0 || max > 100000)
+        return acemq__outbox_fail(h, ACEMQ_EINVAL, "batch size must be within 1..100000");
+    if (lease_ms <= 0 || lease_ms > 7LL * 24 * 3600 * 1000)
+        return acemq__outbox_fail(h, ACEMQ_EINVAL, "lease must be within 1 ms..7 days");
+    acemq__outbox_batch_reset(h);
+    int rc = h->methods->claim_batch(h, max, lease_ms, now_of(h));
+    if (rc != 0) {
+        acemq__outbox_batch_reset(h);
+        return rc;
+    }
+    batch_finish(&h->batch);
+    *msgs = h->batch.msgs;
+    *n = h->batch.n;
+    return 0;
+}
+
+int acemq_outbox_mark_published_batch(acemq_outbox *h, const acemq_outbox_mark *marks, size_t n,
+                                      int *status)
+{
+    CHECK_HANDLE(h);
+    if (n == 0) return 0;
+    if (!marks || !status)
+        return acemq__outbox_fail(h, ACEMQ_EINVAL, "marks and status must not be NULL");
+    for (size_t i = 0; i < n; i++) {
+        int rc = check_id(h, marks[i].id);
+        if (rc != 0) return rc;
+    }
+    return h->methods->mark_published(h, marks, n, status, now_of(h));
+}
+
+int acemq_outbox_mark_published(acemq_outbox *h, const char *id, uint64_t token)
+{
+    acemq_outbox_mark m = {id, token};
+    int status = 0;
+    int rc = acemq_outbox_mark_published_batch(h, &m, 1, &status);
+    return rc != 0 ? rc : status;
+}
+
+/* xorshift64*: jitter needs spread, not secrecy. */
+static uint64_t next_random(acemq_outbox *h)
+{
+    uint64_t x = h->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    h->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+int acemq_outbox_mark_failed(acemq_outbox *h, const char *id, uint64_t token, const char *reason)
+{
+    CHECK_HANDLE(h);
+    int rc = check_id(h, id);
+    if (rc != 0) return rc;
+    char cut[ACEMQ_OUTBOX_ERROR_MAX + 1];
+    if (reason && strlen(reason) > ACEMQ_OUTBOX_ERROR_MAX) {
+        /* Cut on a character boundary so the text stays valid UTF-8. */
+        size_t len = ACEMQ_OUTBOX_ERROR_MAX;
+        while (len > 0 && ((unsigned char)reason[len] & 0xC0) == 0x80)
+            len--;
+        memcpy(cut, reason, len);
+        cut[len] = '\0';
+        reason = cut;
+    }
+    acemq__fail_args a = {
+        .reason = reason,
+        .max_attempts = h->opts.max_attempts,
+        .backoff_base_ms = h->opts.backoff_base_ms,
+        .backoff_max_ms = h->opts.backoff_max_ms,
+        .jitter_cut = h->opts.jitter_percent
+                          ? (int)(next_random(h) % (uint64_t)(h->opts.jitter_percent + 1))
+                          : 0,
+    };
+    return h->methods->mark_failed(h, id, token, &a, now_of(h));
+}
+
+int acemq_outbox_release(acemq_outbox *h, const char *id, uint64_t token)
+{
+    CHECK_HANDLE(h);
+    int rc = check_id(h, id);
+    if (rc != 0) return rc;
+    return h->methods->release(h, id, token, now_of(h));
+}
+
+int acemq_outbox_pending_count(acemq_outbox *h, acemq_outbox_pending *out)
+{
+    CHECK_HANDLE(h);
+    if (!out) return acemq__outbox_fail(h, ACEMQ_EINVAL, "out must not be NULL");
+    memset(out, 0, sizeof *out);
+    return h->methods->pending(h, out, now_of(h));
+}
+
+int acemq_outbox_list_dead(acemq_outbox *h, size_t max, const acemq_outbox_msg **msgs, size_t *n)
+{
+    CHECK_HANDLE(h);
+    if (!msgs || !n) return acemq__outbox_fail(h, ACEMQ_EINVAL, "msgs and n must not be NULL");
+    *msgs = NULL;
+    *n = 0;
+    if (max == 0 || max > 100000)
+        return acemq__outbox_fail(h, ACEMQ_EINVAL, "max must be within 1..100000");
+    acemq__outbox_batch_reset(h);
+    int rc = h->methods->list_dead(h, max);
+    if (rc != 0) {
+        acemq__outbox_batch_reset(h);
+        return rc;
+    }
+    batch_finish(&h->batch);
+    *msgs = h->batch.msgs;
+    *n = h->batch.n;
+    return 0;
+}
+
+int acemq_outbox_retry(acemq_outbox *h, const char *id)
+{
+    CHECK_HANDLE(h);
+    int rc = check_id(h, id);
+    if (rc != 0) return rc;
+    return h->methods->retry(h, id, now_of(h));
+}
+
+int acemq_outbox_purge(acemq_outbox *h, int64_t older_than_ms, uint64_t *purged)
+{
+    CHECK_HANDLE(h);
+    uint64_t ignored;
+    if (!purged) purged = &ignored;
+    *purged = 0;
+    if (older_than_ms < 0) return acemq__outbox_fail(h, ACEMQ_EINVAL, "older_than_ms must be >= 0");
+    return h->methods->purge(h, now_of(h), older_than_ms, purged);
+}
+
+int acemq_outbox_wait(acemq_outbox *h, int timeout_ms)
+{
+    CHECK_HANDLE(h);
+    if (timeout_ms < 0) return acemq__outbox_fail(h, ACEMQ_EINVAL, "timeout_ms must be >= 0");
+    return h->methods->wait(h, timeout_ms);
+}
