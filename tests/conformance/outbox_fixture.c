@@ -168,20 +168,26 @@ int outbox_add(outbox_fixture *f, void *conn, const acemq_outbox_record *r, char
     return acemq_outbox_add_sqlite(conn ? conn : f->db, r, &f->add_opts, id_out);
 }
 
-long outbox_rows(outbox_fixture *f)
+long long outbox_scalar(outbox_fixture *f, const char *sql)
 {
     if (f->pg) {
-        PGresult *r = PQexec(f->conn, "SELECT count(*) FROM acemq_outbox");
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail("count: %s", PQresultErrorMessage(r));
-        long n = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        PGresult *r = PQexec(f->conn, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+            fail("%s: %s", sql, PQresultErrorMessage(r));
+        long long n = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
         PQclear(r);
         return n;
     }
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(f->db, "SELECT count(*) FROM acemq_outbox", -1, &st, NULL) != SQLITE_OK)
-        fail("count: %s", sqlite3_errmsg(f->db));
-    if (sqlite3_step(st) != SQLITE_ROW) fail("count: %s", sqlite3_errmsg(f->db));
-    long n = (long)sqlite3_column_int64(st, 0);
+    if (sqlite3_prepare_v2(f->db, sql, -1, &st, NULL) != SQLITE_OK)
+        fail("%s: %s", sql, sqlite3_errmsg(f->db));
+    if (sqlite3_step(st) != SQLITE_ROW) fail("%s: %s", sql, sqlite3_errmsg(f->db));
+    long long n = (long long)sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     return n;
+}
+
+long outbox_rows(outbox_fixture *f)
+{
+    return (long)outbox_scalar(f, "SELECT count(*) FROM acemq_outbox");
 }

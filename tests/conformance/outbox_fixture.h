@@ -48,5 +48,7 @@ void outbox_sql(outbox_fixture *f, void *conn, const char *sql);
 int outbox_add(outbox_fixture *f, void *conn, const acemq_outbox_record *r, char *id_out);
 /* The number of rows in the outbox table, whatever their state. */
 long outbox_rows(outbox_fixture *f);
+/* The one integer a query answers, on f's own connection. */
+long long outbox_scalar(outbox_fixture *f, const char *sql);
 
 #endif

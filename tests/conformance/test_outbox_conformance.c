@@ -619,6 +619,39 @@ static void newer_schema_is_refused(void **state)
     assert_non_null(strstr(acemq_outbox_errmsg(NULL), "newer"));
 }
 
+static void default_clock_is_the_database_s(void **state)
+{
+    /* Without an injected clock, PostgreSQL leases run on clock_timestamp()
+     * and SQLite's on the machine's clock: a claim's lease must end between
+     * now and now + lease as the database sees it. Bounds, not timings. */
+    outbox_fixture *f = *state;
+    f->opts.clock = NULL;
+    f->add_opts.clock = NULL;
+    acemq_outbox *h1 = outbox_fixture_open(f), *h2 = outbox_fixture_open(f);
+    const char *ids[] = {"real-time"};
+    add_committed(f, ids, NULL, 1);
+    const acemq_outbox_msg *m;
+    assert_int_equal(claim(h1, 10, 600000, &m), 1);
+    uint64_t token = m[0].token;
+    assert_int_equal(claim(h2, 10, 600000, &m), 0); /* held: the lease is in the future */
+    const char *now_sql = f->pg ? "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+                                : "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT lease_until - %s FROM acemq_outbox", now_sql);
+    long long left = outbox_scalar(f, sql);
+    assert_true(left > 0 && left <= 600000);
+    snprintf(sql, sizeof sql, "SELECT %s - created_at FROM acemq_outbox", now_sql);
+    long long age = outbox_scalar(f, sql);
+    assert_true(age >= -5 && age < 3600000);
+    assert_int_equal(acemq_outbox_mark_failed(h1, "real-time", token, "nack"), 0);
+    snprintf(sql, sizeof sql, "SELECT next_attempt_at - %s FROM acemq_outbox", now_sql);
+    long long backoff = outbox_scalar(f, sql);
+    assert_true(backoff > 0 && backoff <= 1000); /* the first delay: base 1 s less jitter */
+    assert_int_equal(claim(h2, 10, 600000, &m), 0);
+    acemq_outbox_close(h1);
+    acemq_outbox_close(h2);
+}
+
 int main(int argc, char **argv)
 {
     use_pg = outbox_backend_from_args(argc, argv);
@@ -644,6 +677,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(wait_wakes_on_a_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(add_before_the_schema_exists, setup, teardown),
         cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(default_clock_is_the_database_s, setup, teardown),
     };
     return cmocka_run_group_tests_name(use_pg ? "outbox conformance (postgres)"
                                               : "outbox conformance (sqlite)",
