@@ -1,0 +1,88 @@
+/* acemq/broker.h — publishing to a message broker with publisher confirms.
+ *
+ * What the relay needs from a broker, and no more: publish a batch of
+ * messages, pipelined (up to `window` unconfirmed at once, not one at a
+ * time), and learn for each whether the broker took responsibility for it.
+ * Every message ends in exactly one outcome:
+ *
+ *   ACEMQ_PUBLISH_CONFIRMED  the broker confirmed it (basic.ack): mark it published;
+ *   ACEMQ_PUBLISH_NACKED     the broker refused it (basic.nack): a failure;
+ *   ACEMQ_PUBLISH_RETURNED   unroutable (mandatory flag, basic.return): a failure,
+ *                            never a success, although a confirm follows it;
+ *   ACEMQ_PUBLISH_UNKNOWN    no confirm within the timeout, or the connection was
+ *                            lost first: it may or may not have been taken, so
+ *                            the relay marks nothing and lets the lease run out.
+ *
+ * URLs: "amqp://user:pass@host:port/vhost" (AMQP 0-9-1 on rabbitmq-c) and
+ * "memory:" (in-process, for tests; faults can be injected).
+ *
+ * A handle is used by one thread at a time. After a lost connection the next
+ * publish reconnects, waiting out a back-off that doubles per failed attempt
+ * (100 ms up to 10 s); until it succeeds publish returns ACEMQ_EIO.
+ */
+#ifndef ACEMQ_BROKER_H
+#define ACEMQ_BROKER_H
+
+#include "acemq/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum acemq_publish_outcome {
+    ACEMQ_PUBLISH_CONFIRMED = 0,
+    ACEMQ_PUBLISH_NACKED = 1,
+    ACEMQ_PUBLISH_RETURNED = 2,
+    ACEMQ_PUBLISH_UNKNOWN = 3
+} acemq_publish_outcome;
+
+typedef struct acemq_broker_options {
+    int window;             /* unconfirmed messages in flight at most; default 256 */
+    int confirm_timeout_ms; /* wait for a confirm this long, then UNKNOWN; default 30,000 */
+    int heartbeat_s;        /* AMQP heartbeat; 0 off; default 30 */
+    int connect_timeout_ms; /* default 5,000 */
+} acemq_broker_options;
+
+ACEMQ_EXTERN void acemq_broker_options_init(acemq_broker_options *o);
+
+typedef struct acemq_broker_msg {
+    const char *exchange; /* "" is the default exchange */
+    const char *routing_key;
+    const char *message_id;   /* AMQP message_id */
+    const char *content_type; /* NULL: none */
+    const char *headers_json; /* a JSON object of strings, sent as AMQP headers; NULL: none */
+    int attempts;             /* sent as the header "x-acemq-attempts" */
+    const void *body;
+    size_t body_len;
+} acemq_broker_msg;
+
+/* What happened to one message: outcome, and for NACKED / RETURNED / UNKNOWN
+ * the broker's words (reply text of basic.return, "nack", "timeout", "lost
+ * connection: ..."), owned by the handle until its next publish. */
+typedef struct acemq_publish_result {
+    int outcome; /* an acemq_publish_outcome */
+    const char *reason;
+} acemq_publish_result;
+
+typedef struct acemq_broker acemq_broker;
+
+ACEMQ_EXTERN int acemq_broker_open(acemq_broker **out, const char *url,
+                                   const acemq_broker_options *o);
+ACEMQ_EXTERN void acemq_broker_close(acemq_broker *b);
+
+/* Publishes msgs[0..n) persistent and mandatory, up to window unconfirmed at
+ * once, and waits until each has an outcome in results[i]. Returns 0 when
+ * every message has one (whatever it is), or an error (ACEMQ_EIO: not
+ * connected and the reconnect failed; nothing was sent, every outcome is
+ * UNKNOWN). */
+ACEMQ_EXTERN int acemq_broker_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                                      acemq_publish_result *results);
+
+/* The broker's own words for the last error on b; with b NULL, why the last
+ * acemq_broker_open in this thread failed. */
+ACEMQ_EXTERN const char *acemq_broker_errmsg(const acemq_broker *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

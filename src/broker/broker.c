@@ -1,0 +1,100 @@
+/* broker.c — the backend-neutral half of publishing: options, argument checks,
+ * error text, and the promise that every message ends with an outcome. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker_backend.h"
+
+void acemq_broker_options_init(acemq_broker_options *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->window = 256;
+    o->confirm_timeout_ms = 30000;
+    o->heartbeat_s = 30;
+    o->connect_timeout_ms = 5000;
+}
+
+static _Thread_local char open_error[512];
+
+int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(b ? b->errmsg : open_error, b ? sizeof b->errmsg : sizeof open_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *acemq_broker_errmsg(const acemq_broker *b)
+{
+    return b ? b->errmsg : open_error;
+}
+
+int acemq_broker_open(acemq_broker **out, const char *url, const acemq_broker_options *o)
+{
+    if (!out) return acemq__broker_fail(NULL, ACEMQ_EINVAL, "out must not be NULL");
+    *out = NULL;
+    if (!url) return acemq__broker_fail(NULL, ACEMQ_EINVAL, "url must not be NULL");
+    acemq_broker *b = calloc(1, sizeof *b);
+    if (!b) return acemq__broker_fail(NULL, ACEMQ_ENOMEM, "out of memory");
+    if (o)
+        b->opts = *o;
+    else
+        acemq_broker_options_init(&b->opts);
+    int rc;
+    if (b->opts.window < 1 || b->opts.window > 65535)
+        rc = acemq__broker_fail(b, ACEMQ_EINVAL, "window must be within 1..65535");
+    else if (b->opts.confirm_timeout_ms < 1)
+        rc = acemq__broker_fail(b, ACEMQ_EINVAL, "confirm_timeout_ms must be positive");
+    else if (b->opts.heartbeat_s < 0 || b->opts.heartbeat_s > 3600)
+        rc = acemq__broker_fail(b, ACEMQ_EINVAL, "heartbeat_s must be within 0..3600");
+    else if (b->opts.connect_timeout_ms < 1)
+        rc = acemq__broker_fail(b, ACEMQ_EINVAL, "connect_timeout_ms must be positive");
+    else if (strncmp(url, "amqp://", 7) == 0)
+#ifdef ACEMQ_HAVE_AMQP
+        rc = acemq__broker_open_amqp(b, url);
+#else
+        rc = acemq__broker_fail(b, ACEMQ_ENOTSUP, "this build has no AMQP broker");
+#endif
+    else if (strncmp(url, "memory:", 7) == 0)
+        rc = acemq__broker_open_memory(b, url);
+    else
+        rc = acemq__broker_fail(b, ACEMQ_EURL, "unknown broker '%s'; known: amqp://, memory:", url);
+    if (rc != 0) {
+        (void)acemq__broker_fail(NULL, rc, "%s", b->errmsg);
+        free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+void acemq_broker_close(acemq_broker *b)
+{
+    if (!b) return;
+    if (b->methods) b->methods->close(b);
+    free(b);
+}
+
+int acemq_broker_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                         acemq_publish_result *results)
+{
+    if (!b) return ACEMQ_EINVAL;
+    if (n == 0) return 0;
+    if (!msgs || !results)
+        return acemq__broker_fail(b, ACEMQ_EINVAL, "msgs and results must not be NULL");
+    for (size_t i = 0; i < n; i++) {
+        results[i].outcome = ACEMQ_PUBLISH_UNKNOWN;
+        results[i].reason = "no answer from the broker";
+        const acemq_broker_msg *m = &msgs[i];
+        if (!m->exchange || !m->routing_key || !m->message_id || (!m->body && m->body_len))
+            return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                      "message %zu: exchange, routing_key and message_id must "
+                                      "not be NULL, nor body when body_len is not 0",
+                                      i);
+    }
+    return b->methods->publish(b, msgs, n, results);
+}

@@ -1,0 +1,45 @@
+/* broker_backend.h — the contract between the generic broker layer and a broker.
+ *
+ * Versioned like the stores' tables: version first, slots only appended, the
+ * core checks version before a newer slot. The generic layer (broker.c)
+ * checks arguments, fills every result with UNKNOWN before the backend runs
+ * (so a backend that gives up early leaves honest answers) and keeps the
+ * error text.
+ */
+#ifndef ACEMQ_BROKER_BACKEND_H
+#define ACEMQ_BROKER_BACKEND_H
+
+#include <stddef.h>
+#include "acemq/broker.h"
+#include "core/url.h"
+
+#define ACEMQ__BROKER_METHODS_VERSION 1
+
+typedef struct acemq__broker_methods {
+    int version;
+    const char *name;
+    void (*close)(acemq_broker *b);
+    /* Publishes and fills results[i] for each message it got an answer for;
+     * the others stay UNKNOWN. Reasons point into memory the backend keeps
+     * until its next publish. */
+    int (*publish)(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                   acemq_publish_result *results);
+} acemq__broker_methods;
+
+struct acemq_broker {
+    const acemq__broker_methods *methods;
+    void *self;
+    acemq_broker_options opts;
+    char errmsg[512];
+};
+
+int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Backend entry points: fill b->methods and b->self, or return an error with
+ * its text on b. The URL text is passed whole: amqp:// URLs carry user,
+ * password, host, port and vhost that rabbitmq-c's amqp_parse_url reads. */
+int acemq__broker_open_amqp(acemq_broker *b, const char *url);
+int acemq__broker_open_memory(acemq_broker *b, const char *url);
+
+#endif

@@ -1,0 +1,270 @@
+/* test_relay.c — the relay's rules on the in-process broker, whose faults are
+ * injected, over a real outbox: `test_relay sqlite|postgres`.
+ *
+ * Confirmed records are marked published; nacked and returned ones fail and
+ * back off; when the outcome is unknown nothing is marked, and the lease hands
+ * the record out again (a duplicate, never a loss); when the broker cannot be
+ * reached the records are released. The clock is the fixture's manual one.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "acemq/relay.h"
+#include "broker/memory_broker.h"
+#include "conformance/outbox_fixture.h"
+
+static int use_pg;
+static int broker_seq;
+
+typedef struct world {
+    outbox_fixture f;
+    acemq_outbox *ob;
+    acemq_broker *b;     /* the relay's */
+    acemq_broker *probe; /* the test's, on the same broker */
+    acemq_relay *r;
+} world;
+
+static int setup(void **state)
+{
+    world *w = calloc(1, sizeof *w);
+    if (!w) return -1;
+    outbox_fixture_init(&w->f, use_pg);
+    w->f.opts.jitter_percent = 0;
+    w->f.opts.backoff_base_ms = 1000;
+    w->f.opts.max_attempts = 3;
+    w->ob = outbox_fixture_open(&w->f);
+    char url[64];
+    snprintf(url, sizeof url, "memory:relay-test-%d", ++broker_seq);
+    if (acemq_broker_open(&w->b, url, NULL) != 0 || acemq_broker_open(&w->probe, url, NULL) != 0)
+        return -1;
+    acemq_relay_options o;
+    acemq_relay_options_init(&o);
+    o.batch = 10;
+    o.lease_ms = 30000;
+    if (acemq_relay_new(&w->r, w->ob, w->b, &o) != 0) return -1;
+    *state = w;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    world *w = *state;
+    acemq_relay_free(w->r);
+    acemq_broker_close(w->b);
+    acemq_broker_close(w->probe);
+    acemq_outbox_close(w->ob);
+    outbox_fixture_free(&w->f);
+    free(w);
+    return 0;
+}
+
+static void add_n(world *w, int n, const char *destination, const char *key)
+{
+    outbox_sql(&w->f, NULL, "BEGIN");
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%s-%04d", destination, i);
+        acemq_outbox_record r = {.id = id,
+                                 .destination = destination,
+                                 .routing_key = "rk",
+                                 .ordering_key = key,
+                                 .body = "b",
+                                 .body_len = 1};
+        assert_int_equal(outbox_add(&w->f, NULL, &r, NULL), 0);
+    }
+    outbox_sql(&w->f, NULL, "COMMIT");
+}
+
+/* Steps until a step claims nothing. */
+static void drain(world *w)
+{
+    for (int guard = 0; guard < 100000; guard++) {
+        size_t n = 0;
+        int rc = acemq_relay_step(w->r, &n);
+        if (rc != 0) fail_msg("step: %s: %s", acemq_err_name(rc), acemq_relay_errmsg(w->r));
+        if (n == 0) return;
+    }
+    fail_msg("the relay never ran dry");
+}
+
+static void stored_id(world *w, size_t i, char *out, size_t cap)
+{
+    acemq__stored_msg m;
+    assert_int_equal(acemq__memory_broker_get(w->probe, i, &m), 0);
+    snprintf(out, cap, "%s", m.message_id);
+}
+
+static void everything_arrives_once_in_order(void **state)
+{
+    world *w = *state;
+    add_n(w, 95, "orders", NULL);
+    drain(w);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 95);
+    for (size_t i = 0; i < 95; i++) {
+        char got[256], want[32];
+        stored_id(w, i, got, sizeof got);
+        snprintf(want, sizeof want, "orders-%04zu", i);
+        assert_string_equal(got, want);
+    }
+    acemq_relay_stats s;
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.published, 95);
+    assert_int_equal(s.failed + s.unknown + s.released, 0);
+    acemq_outbox_pending p;
+    assert_int_equal(acemq_outbox_pending_count(w->ob, &p), 0);
+    assert_int_equal(p.unclaimed + p.claimed + p.dead, 0);
+}
+
+static void unroutable_fails_and_backs_off(void **state)
+{
+    world *w = *state;
+    acemq__memory_broker_unroutable(w->probe, "nowhere");
+    add_n(w, 1, "nowhere", NULL);
+    drain(w);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 0);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.published, 0);
+    assert_int_equal(s.returned, 1);
+    assert_int_equal(s.failed, 1);
+    /* Not published: it comes back after its back-off, twice more, then dies. */
+    for (int attempt = 2; attempt <= 3; attempt++) {
+        acemq_manual_clock_advance(w->f.clock, 60000);
+        drain(w);
+    }
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.returned, 3);
+    const acemq_outbox_msg *m;
+    size_t n;
+    assert_int_equal(acemq_outbox_list_dead(w->ob, 10, &m, &n), 0);
+    assert_int_equal(n, 1);
+    assert_non_null(strstr(m[0].last_error, "returned: NO_ROUTE"));
+}
+
+static void nack_is_a_failure(void **state)
+{
+    world *w = *state;
+    add_n(w, 3, "orders", NULL);
+    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_NACK, 1, 0);
+    drain(w);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.nacked, 3);
+    assert_int_equal(s.published, 0);
+    acemq_manual_clock_advance(w->f.clock, 1000);
+    drain(w);
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.published, 3);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 3);
+    acemq__stored_msg sm;
+    assert_int_equal(acemq__memory_broker_get(w->probe, 0, &sm), 0);
+    assert_int_equal(sm.attempts, 1); /* the attempt count travels with the message */
+}
+
+static void lost_confirms_mean_duplicates_not_losses(void **state)
+{
+    world *w = *state;
+    add_n(w, 10, "orders", NULL);
+    /* The connection drops after the broker took 4: their confirms are lost,
+     * the other 6 were never sent. */
+    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_DROP, 1, 4);
+    drain(w);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.unknown, 10);
+    assert_int_equal(s.published, 0);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 4);
+    /* Nothing was marked: the leases run out and all ten go again. */
+    acemq_manual_clock_advance(w->f.clock, 30000);
+    drain(w);
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.published, 10);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 14); /* 4 duplicates, 0 lost */
+    for (int i = 0; i < 10; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "orders-%04d", i);
+        int seen = 0;
+        for (size_t k = 0; k < 14; k++) {
+            char got[256];
+            stored_id(w, k, got, sizeof got);
+            seen += strcmp(got, want) == 0;
+        }
+        assert_true(seen == 1 || (seen == 2 && i < 4));
+    }
+}
+
+static void confirm_timeout_marks_nothing(void **state)
+{
+    world *w = *state;
+    add_n(w, 2, "orders", NULL);
+    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_NO_CONFIRM, 1, 0);
+    drain(w);
+    acemq_outbox_pending p;
+    assert_int_equal(acemq_outbox_pending_count(w->ob, &p), 0);
+    assert_int_equal(p.claimed, 2); /* still held under the lease, unmarked */
+    acemq_manual_clock_advance(w->f.clock, 30000);
+    drain(w);
+    assert_int_equal(acemq_outbox_pending_count(w->ob, &p), 0);
+    assert_int_equal(p.unclaimed + p.claimed, 0);
+}
+
+static void unreachable_broker_releases(void **state)
+{
+    world *w = *state;
+    add_n(w, 5, "orders", NULL);
+    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_REFUSE, 1, 0);
+    size_t n = 0;
+    assert_int_equal(acemq_relay_step(w->r, &n), ACEMQ_EIO);
+    assert_int_equal(n, 5);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.released, 5);
+    /* Due again at once, with no attempt counted: nothing was sent. */
+    drain(w);
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.published, 5);
+    acemq__stored_msg sm;
+    assert_int_equal(acemq__memory_broker_get(w->probe, 0, &sm), 0);
+    assert_int_equal(sm.attempts, 0);
+}
+
+static void ordering_key_survives_a_failure(void **state)
+{
+    world *w = *state;
+    add_n(w, 4, "orders", "customer-1");
+    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_NACK, 1, 0);
+    drain(w); /* orders-0000 fails; the rest of its key waits */
+    assert_int_equal(acemq__memory_broker_count(w->probe), 0);
+    acemq_manual_clock_advance(w->f.clock, 1000);
+    drain(w);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 4);
+    for (size_t i = 0; i < 4; i++) {
+        char got[256], want[32];
+        stored_id(w, i, got, sizeof got);
+        snprintf(want, sizeof want, "orders-%04zu", i);
+        assert_string_equal(got, want);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    use_pg = outbox_backend_from_args(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(everything_arrives_once_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(unroutable_fails_and_backs_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(nack_is_a_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(lost_confirms_mean_duplicates_not_losses, setup, teardown),
+        cmocka_unit_test_setup_teardown(confirm_timeout_marks_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(unreachable_broker_releases, setup, teardown),
+        cmocka_unit_test_setup_teardown(ordering_key_survives_a_failure, setup, teardown),
+    };
+    return cmocka_run_group_tests_name(use_pg ? "relay (postgres outbox)" : "relay (sqlite outbox)",
+                                       tests, NULL, NULL);
+}
