@@ -8,7 +8,8 @@ JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX      ?= /usr/local
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo bench install sanitize fuzz format lint clean
+
+.PHONY: all deps build test demo demo-idem bench install sanitize fuzz format lint clean
 
 all: build
 
@@ -23,13 +24,20 @@ build: deps $(BUILD)/CMakeCache.txt
 
 # The servers the integration suites talk to, started on loopback for the
 # run and stopped afterwards (scripts/services.sh).
-SERVICES    ?= postgres
+SERVICES    ?= postgres,rabbitmq
 WITH_SERVICES = scripts/with-services.sh $(SERVICES) --
 
 test: build
 	$(WITH_SERVICES) sh -c 'cd $(BUILD) && ctest --output-on-failure -j $(JOBS)'
 
+# The main job: orders and their events in one SQLite transaction each,
+# `acemq relay` (killed halfway and restarted) to a RabbitMQ started for the
+# run, and a table that accounts for every order.
 demo: build
+	scripts/with-services.sh rabbitmq -- $(BUILD)/acemq-demo-outbox $(BUILD)/acemq
+
+# The idempotency store absorbing redeliveries, on SQLite.
+demo-idem: build
 	$(BUILD)/acemq-demo
 
 bench: deps

@@ -10,8 +10,10 @@ packages=(
   libxxhash-dev               # the memory store's hash (XXH3)
   libpq-dev postgresql        # the outbox on PostgreSQL, and the server its tests run against
   libjansson-dev              # outbox headers as a JSON object (and, for the relay, back)
+  libmicrohttpd-dev           # acemq relay --metrics: the Prometheus endpoint
   libcmocka-dev               # the test framework
   libhiredis-dev redis-server # the Redis peer in the benchmarks
+  rabbitmq-server librabbitmq-dev # the relay's AMQP 0-9-1 broker (rabbitmq-c), and the server its tests run against
   clang-format clang-tidy cppcheck # the style and lint checks CI runs
   clang libclang-rt-14-dev     # make fuzz: libFuzzer and clang's sanitizer runtimes
   # ActiveMQ's own message audit, the peer of integration.audit_agreement and

@@ -7,10 +7,14 @@
 #   scripts/services.sh stop   redis|postgres|rabbitmq|all
 #   scripts/services.sh status redis|postgres|rabbitmq|all
 #   scripts/services.sh env    [redis|postgres|rabbitmq|all]   (prints export lines)
+#   scripts/services.sh pause|resume rabbitmq   (stop_app / start_app: the broker
+#                                                goes away and comes back, data kept)
 #
 # Environment: ACEMQ_SERVICES_DIR (default /tmp/acemq-services),
 # ACEMQ_REDIS_PORT (default 6390), ACEMQ_PG_PORT (default 5440),
-# ACEMQ_PG_BIN (default the newest /usr/lib/postgresql/*/bin).
+# ACEMQ_PG_BIN (default the newest /usr/lib/postgresql/*/bin),
+# ACEMQ_AMQP_PORT (default 5680; the RabbitMQ node is acemq@localhost, its
+# Erlang distribution port 25680).
 #
 # Exit codes: 0 done; 1 failed; 2 usage, or a service not supported yet;
 # 3 the server's binary is not installed (scripts/deps.sh installs it).
@@ -214,6 +218,162 @@ svc_postgres_env() {
     printf 'export ACEMQ_PG_URL=postgres://acemq@127.0.0.1:%s/acemq\n' "$PG_PORT"
 }
 
+# --- rabbitmq ------------------------------------------------------------
+
+AMQP_PORT="${ACEMQ_AMQP_PORT:-5680}"
+# Erlang distribution: our node listens here, so it never collides with a
+# system-wide node on 25672 (rabbitmqctl's own port is this + 10000).
+RMQ_DIST_PORT=25680
+RMQ_NODE=acemq@localhost
+RMQ_DIR="$SERVICES_DIR/rabbitmq"
+RMQ_BIN=/usr/lib/rabbitmq/bin
+
+# Runs a RabbitMQ script with our node's environment. The scripts under
+# /usr/lib/rabbitmq/bin are called directly: Debian's /usr/sbin wrappers
+# switch user and lose every RABBITMQ_* variable, so they would start (or
+# talk to) the system-wide node instead of ours. HOME is the data directory,
+# so the Erlang cookie the node creates there is private to this instance, and
+# rabbitmqctl, run the same way, finds the same one. Under root the node runs
+# as `rabbitmq`, which Debian's package creates, as postgres does above.
+as_rmq() {
+    local env=(env HOME="$RMQ_DIR"
+        RABBITMQ_NODENAME="$RMQ_NODE"
+        RABBITMQ_DIST_PORT="$RMQ_DIST_PORT"
+        RABBITMQ_CONF_ENV_FILE="$RMQ_DIR/rabbitmq-env.conf"
+        RABBITMQ_CONFIG_FILE="$RMQ_DIR/rabbitmq.conf"
+        RABBITMQ_ADVANCED_CONFIG_FILE="$RMQ_DIR/advanced.config"
+        RABBITMQ_ENABLED_PLUGINS_FILE="$RMQ_DIR/enabled_plugins"
+        RABBITMQ_MNESIA_BASE="$RMQ_DIR/mnesia"
+        RABBITMQ_LOG_BASE="$RMQ_DIR/log"
+        RABBITMQ_PID_FILE="$RMQ_DIR/rabbitmq.pid"
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+        ERL_EPMD_ADDRESS=127.0.0.1)
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u rabbitmq -- "${env[@]}" "$@"
+    else
+        "${env[@]}" "$@"
+    fi
+}
+
+# Our node answers (by its name, with our cookie), not merely something on
+# the port.
+rmq_ping() {
+    [ -s "$RMQ_DIR/.erlang.cookie" ] &&
+        as_rmq "$RMQ_BIN/rabbitmqctl" -q ping >/dev/null 2>&1
+}
+
+svc_rabbitmq_start() {
+    if [ ! -x "$RMQ_BIN/rabbitmq-server" ] || [ ! -x "$RMQ_BIN/rabbitmqctl" ]; then
+        say "rabbitmq: $RMQ_BIN/rabbitmq-server not installed (scripts/deps.sh installs rabbitmq-server)" >&2
+        exit 3
+    fi
+    if rmq_ping; then
+        say "rabbitmq: already running on 127.0.0.1:$AMQP_PORT"
+        return 0
+    fi
+    mkdir -p "$RMQ_DIR/mnesia" "$RMQ_DIR/log"
+    # Erlang's port mapper outlives the node that started it; remember
+    # whether that was us, so stop can take it down again.
+    epmd -names >/dev/null 2>&1 || : >"$RMQ_DIR/epmd-ours"
+    # An empty env file stands in for /etc/rabbitmq/rabbitmq-env.conf, whose
+    # NODENAME or ports are the system node's business, not ours.
+    : >"$RMQ_DIR/rabbitmq-env.conf"
+    # No plugins: the management plugin would open a second port and slow
+    # the start for nothing the tests use.
+    echo '[].' >"$RMQ_DIR/enabled_plugins"
+    # Loopback only. guest may log in from loopback (RabbitMQ's default), so
+    # the URL `env` prints needs no user set up. The disk limit is low
+    # because these instances hold little, and a nearly full disk on a CI
+    # machine must not make the broker block publishers (which would read as
+    # confirm timeouts).
+    printf '%s\n' "listeners.tcp.default = 127.0.0.1:$AMQP_PORT" \
+        'loopback_users.guest = true' 'disk_free_limit.absolute = 1MB' \
+        >"$RMQ_DIR/rabbitmq.conf"
+    if [ "$(id -u)" -eq 0 ]; then
+        chown -R rabbitmq: "$RMQ_DIR"
+        chmod o+x "$SERVICES_DIR"
+    fi
+    say "rabbitmq: starting $RMQ_NODE on 127.0.0.1:$AMQP_PORT, data in $RMQ_DIR"
+    as_rmq "$RMQ_BIN/rabbitmq-server" -detached >"$RMQ_DIR/start.log" 2>&1 ||
+        { cat "$RMQ_DIR/start.log" >&2; die "rabbitmq: rabbitmq-server -detached failed"; }
+    # `wait` returns once the pid file's process runs the rabbit application,
+    # and fails if that process dies first; --timeout (60 s: a loaded CI
+    # machine has been seen to take 20) bounds the rest.
+    if ! as_rmq "$RMQ_BIN/rabbitmqctl" -q --timeout "$((WAIT_TENTHS * 6 / 10))" \
+        wait "$RMQ_DIR/rabbitmq.pid" >>"$RMQ_DIR/start.log" 2>&1; then
+        tail -n 20 "$RMQ_DIR/start.log" "$RMQ_DIR"/log/*.log >&2 2>/dev/null || true
+        die "rabbitmq: $RMQ_NODE did not come up on 127.0.0.1:$AMQP_PORT"
+    fi
+    say "rabbitmq: up (pid $(cat "$RMQ_DIR/rabbitmq.pid" 2>/dev/null || echo '?'))"
+}
+
+svc_rabbitmq_stop() {
+    local pid=""
+    pid=$(live_pid "$RMQ_DIR/rabbitmq.pid") || pid=""
+    if [ -n "$pid" ] || rmq_ping; then
+        say "rabbitmq: stopping $RMQ_NODE${pid:+ (pid $pid)} on 127.0.0.1:$AMQP_PORT"
+        # By node name and cookie: only our node hears this, never a
+        # system-wide one on 5672.
+        as_rmq "$RMQ_BIN/rabbitmqctl" -q stop >/dev/null 2>&1 ||
+            say "rabbitmq: rabbitmqctl stop failed"
+        if [ -n "$pid" ]; then
+            local i
+            for ((i = 0; i < WAIT_TENTHS; i++)); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
+            if kill -0 "$pid" 2>/dev/null; then
+                say "rabbitmq: pid $pid ignored stop; sending SIGKILL"
+                kill -9 "$pid" 2>/dev/null || true
+            fi
+        fi
+    elif (exec 3<>"/dev/tcp/127.0.0.1/$AMQP_PORT") 2>/dev/null; then
+        # Something answers on our port but it is not our node: leave it
+        # alone rather than stop somebody else's server.
+        say "rabbitmq: 127.0.0.1:$AMQP_PORT answers but was not started from $RMQ_DIR; left running"
+    else
+        say "rabbitmq: not running"
+    fi
+    # `epmd -kill` refuses while any node is still registered, so a
+    # system-wide node that came to use our epmd keeps it.
+    if [ -e "$RMQ_DIR/epmd-ours" ] && epmd -kill >/dev/null 2>&1; then
+        say "rabbitmq: stopped the epmd it started"
+    fi
+    if [ -d "$RMQ_DIR" ]; then
+        say "rabbitmq: removing $RMQ_DIR"
+        rm -rf -- "$RMQ_DIR"
+    fi
+}
+
+svc_rabbitmq_status() {
+    if rmq_ping; then
+        say "rabbitmq: running on 127.0.0.1:$AMQP_PORT"
+    else
+        say "rabbitmq: not running"
+        return 1
+    fi
+}
+
+svc_rabbitmq_env() {
+    printf 'export ACEMQ_AMQP_PORT=%s\n' "$AMQP_PORT"
+    printf 'export ACEMQ_AMQP_URL=amqp://guest:guest@127.0.0.1:%s/\n' "$AMQP_PORT"
+}
+
+# pause/resume: the broker goes away and comes back with its data (queued
+# messages survive), as a restarted server does: the fault tests' "broker
+# stopped for a few seconds". stop_app closes every client connection and the
+# listener; start_app opens them again.
+svc_rabbitmq_pause() {
+    say "rabbitmq: pausing $RMQ_NODE (stop_app)"
+    as_rmq "$RMQ_BIN/rabbitmqctl" -q stop_app >/dev/null || die "rabbitmq: stop_app failed"
+}
+
+svc_rabbitmq_resume() {
+    say "rabbitmq: resuming $RMQ_NODE (start_app)"
+    as_rmq "$RMQ_BIN/rabbitmqctl" -q start_app >/dev/null || die "rabbitmq: start_app failed"
+    as_rmq "$RMQ_BIN/rabbitmqctl" -q await_startup >/dev/null 2>&1 || true
+}
+
 # --- dispatch ------------------------------------------------------------
 
 supported() { declare -F "svc_$1_start" >/dev/null; }
@@ -242,13 +402,17 @@ run() {
         say "$name: not yet supported" >&2
         exit 2
     fi
+    if ! declare -F "svc_${name}_${action}" >/dev/null; then
+        echo "services: $name has no '$action'" >&2
+        exit 2
+    fi
     "svc_${name}_${action}"
 }
 
 [ $# -ge 1 ] || usage
 action=$1
 case "$action" in
-start | stop | status) [ $# -eq 2 ] || usage ;;
+start | stop | status | pause | resume) [ $# -eq 2 ] || usage ;;
 env) [ $# -le 2 ] || usage ;;
 *) usage ;;
 esac

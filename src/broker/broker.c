@@ -54,11 +54,7 @@ int acemq_broker_open(acemq_broker **out, const char *url, const acemq_broker_op
     else if (b->opts.connect_timeout_ms < 1)
         rc = acemq__broker_fail(b, ACEMQ_EINVAL, "connect_timeout_ms must be positive");
     else if (strncmp(url, "amqp://", 7) == 0)
-#ifdef ACEMQ_HAVE_AMQP
         rc = acemq__broker_open_amqp(b, url);
-#else
-        rc = acemq__broker_fail(b, ACEMQ_ENOTSUP, "this build has no AMQP broker");
-#endif
     else if (strncmp(url, "memory:", 7) == 0)
         rc = acemq__broker_open_memory(b, url);
     else

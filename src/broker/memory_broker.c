@@ -8,6 +8,7 @@
  * what a relay thread publishes.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +42,7 @@ static shared_broker *acquire(const char *name)
         s = calloc(1, sizeof *s);
         if (s) {
             (void)pthread_mutex_init(&s->lock, NULL);
-            strncpy(s->name, name, sizeof s->name - 1);
+            snprintf(s->name, sizeof s->name, "%s", name);
             if (*name) {
                 s->next = registry;
                 registry = s;
@@ -158,15 +159,30 @@ static const acemq__broker_methods memory_methods = {
     .publish = mem_publish,
 };
 
+/* "memory:NAME" or "memory:NAME?unroutable=EXCHANGE": the parameter lets a
+ * relay run by the acemq tool meet an unroutable exchange in a test. */
 int acemq__broker_open_memory(acemq_broker *b, const char *url)
 {
-    const char *name = url + strlen("memory:");
-    if (strlen(name) >= sizeof((shared_broker *)0)->name)
+    char name[sizeof((shared_broker *)0)->name];
+    const char *rest = url + strlen("memory:");
+    const char *q = strchr(rest, '?');
+    size_t len = q ? (size_t)(q - rest) : strlen(rest);
+    if (len >= sizeof name)
         return acemq__broker_fail(b, ACEMQ_EURL, "memory broker: name too long");
+    memcpy(name, rest, len);
+    name[len] = '\0';
+    const char *unroutable = NULL;
+    if (q) {
+        if (strncmp(q + 1, "unroutable=", 11) != 0 || !q[12])
+            return acemq__broker_fail(b, ACEMQ_EURL,
+                                      "memory broker: the only parameter is unroutable=EXCHANGE");
+        unroutable = q + 12;
+    }
     shared_broker *s = acquire(name);
     if (!s) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
     b->self = s;
     b->methods = &memory_methods;
+    if (unroutable) acemq__memory_broker_unroutable(b, unroutable);
     return 0;
 }
 

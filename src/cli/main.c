@@ -12,6 +12,8 @@
 static const acemq__cli_command commands[] = {
     {"audit", "check a file of message ids for redeliveries, as the message audit would",
      acemq__cli_audit},
+    {"relay", "publish committed outbox records to the broker, with confirms", acemq__cli_relay},
+    {"outbox", "look at and mend an outbox: status, dead, retry, purge", acemq__cli_outbox},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

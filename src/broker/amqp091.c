@@ -1,0 +1,719 @@
+/* amqp091.c — the AMQP 0-9-1 broker, on rabbitmq-c: one connection and one
+ * channel in confirm mode per handle; pipelined publishing with publisher
+ * confirms; basic.return for unroutable messages; reconnect with back-off.
+ *
+ * Invariants. Delivery tags are counted by the channel from 1 after
+ * confirm.select, one per basic.publish, so within one publish call message
+ * i has tag first_tag + i as long as the channel stays the same; a publish
+ * call never survives a change of channel or connection (it gives up and
+ * leaves the unanswered UNKNOWN), so that arithmetic holds for the whole
+ * call. Tags below first_tag belong to an earlier call and are ignored.
+ * Anything that leaves the channel's tag count in doubt (lost connection,
+ * confirm timeout, a frame we cannot read) drops the connection, so the next
+ * call starts from a fresh channel and tag 1 and can never pair a late
+ * confirm with the wrong message. A channel the broker closed (publishing to
+ * a missing exchange: 404) is answered with close-ok and reopened by the
+ * next call; the connection stays.
+ *
+ * A message is CONFIRMED only by an ack that covers it with no basic.return
+ * seen for it first. RabbitMQ acks an unroutable mandatory message after
+ * returning it, and a return carries no delivery tag, so the return is
+ * matched to the oldest unanswered message of the call with the same
+ * message id, exchange and routing key (returns come in publish order), and
+ * that mark turns the ack that follows into RETURNED.
+ *
+ * Reasons handed out in results point at static text or into this handle
+ * (why[], reasons[]), which stay valid until the next publish call.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <amqp.h>
+#include <amqp_framing.h>
+#include <amqp_tcp_socket.h>
+#include <jansson.h>
+
+#include "broker/broker_backend.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 10000
+#define FRAME_MAX 131072
+#define ATTEMPTS_HEADER "x-acemq-attempts"
+
+/* A message's state within one publish call. */
+enum { M_UNSENT = 0, M_INFLIGHT, M_RETURNED, M_ANSWERED };
+
+typedef struct amqp_self {
+    /* amqp_parse_url's copy of the URL: info's strings point into it. */
+    char *url_buf;
+    struct amqp_connection_info info;
+    const char *vhost;
+
+    amqp_connection_state_t conn; /* NULL when there is no connection */
+    int channel_open;
+    amqp_channel_t channel;
+    uint64_t next_tag; /* the delivery tag the channel gives the next publish */
+
+    /* Reconnecting: the next attempt waits until lost_at_ms + backoff_ms. */
+    int64_t lost_at_ms;
+    int backoff_ms;
+
+    /* Per call; reasons point here until the next call. */
+    char why[640];
+    char **reasons;
+    size_t n_reasons, cap_reasons;
+    json_t **parsed;
+    amqp_table_entry_t *entries;
+    size_t cap_entries;
+    unsigned char *state;
+    int64_t *sent_at;
+    const char **ret_reason;
+    size_t cap_msgs;
+} amqp_self;
+
+/* One publish call's progress: sent and answered count messages, lo is the
+ * oldest one without an outcome. */
+typedef struct call {
+    const acemq_broker_msg *msgs;
+    acemq_publish_result *results;
+    size_t n, sent, answered, lo;
+    uint64_t first_tag;
+} call;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static struct timeval ms_to_tv(int64_t ms)
+{
+    if (ms < 0) ms = 0;
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+/* rabbitmq-c's words for a failed RPC, with the broker's reply code and text
+ * when the broker closed the connection or channel. */
+static void describe_reply(char *buf, size_t len, const char *what, amqp_rpc_reply_t r)
+{
+    switch (r.reply_type) {
+    case AMQP_RESPONSE_NORMAL:
+        (void)snprintf(buf, len, "%s: ok", what);
+        break;
+    case AMQP_RESPONSE_NONE:
+        (void)snprintf(buf, len, "%s: no reply from rabbitmq-c", what);
+        break;
+    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+        (void)snprintf(buf, len, "%s: %s", what, amqp_error_string2(r.library_error));
+        break;
+    case AMQP_RESPONSE_SERVER_EXCEPTION:
+        if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD && r.reply.decoded) {
+            const amqp_connection_close_t *m = r.reply.decoded;
+            (void)snprintf(buf, len, "%s: the broker closed the connection: %u %.*s", what,
+                           (unsigned)m->reply_code, (int)m->reply_text.len,
+                           (const char *)m->reply_text.bytes);
+        } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD && r.reply.decoded) {
+            const amqp_channel_close_t *m = r.reply.decoded;
+            (void)snprintf(buf, len, "%s: the broker closed the channel: %u %.*s", what,
+                           (unsigned)m->reply_code, (int)m->reply_text.len,
+                           (const char *)m->reply_text.bytes);
+        } else {
+            (void)snprintf(buf, len, "%s: the broker answered with method 0x%08X", what,
+                           (unsigned)r.reply.id);
+        }
+        break;
+    }
+}
+
+/* Tears the connection down without the close handshake: used when the
+ * connection is already gone or can no longer be trusted, where waiting for
+ * close-ok would only add the RPC timeout to the caller's wait. */
+static void drop_connection(amqp_self *s)
+{
+    if (s->conn) {
+        /* The socket is closed and the memory freed whatever this returns;
+         * a failure here only says the socket close itself failed. */
+        (void)amqp_destroy_connection(s->conn);
+        s->conn = NULL;
+    }
+    s->channel_open = 0;
+    s->lost_at_ms = now_ms();
+}
+
+static int open_channel(acemq_broker *b, amqp_self *s)
+{
+    char msg[480];
+    /* A new number per open: nothing the broker still sends for an earlier
+     * incarnation can be taken for this one's. */
+    amqp_channel_t ch = (amqp_channel_t)(s->channel % 1000 + 1);
+    if (!amqp_channel_open(s->conn, ch)) {
+        describe_reply(msg, sizeof msg, "channel.open", amqp_get_rpc_reply(s->conn));
+        return acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", msg);
+    }
+    if (!amqp_confirm_select(s->conn, ch)) {
+        describe_reply(msg, sizeof msg, "confirm.select", amqp_get_rpc_reply(s->conn));
+        return acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", msg);
+    }
+    s->channel = ch;
+    s->channel_open = 1;
+    s->next_tag = 1;
+    return 0;
+}
+
+static int connect_now(acemq_broker *b, amqp_self *s)
+{
+    char msg[480];
+    const char *host = s->info.host;
+    int port = s->info.port;
+    s->conn = amqp_new_connection();
+    if (!s->conn) return acemq__broker_fail(b, ACEMQ_ENOMEM, "amqp: amqp_new_connection failed");
+    amqp_socket_t *sock = amqp_tcp_socket_new(s->conn);
+    if (!sock) {
+        drop_connection(s);
+        return acemq__broker_fail(b, ACEMQ_ENOMEM, "amqp: amqp_tcp_socket_new failed");
+    }
+    struct timeval tv = ms_to_tv(b->opts.connect_timeout_ms);
+    errno = 0;
+    int st = amqp_socket_open_noblock(sock, host, port, &tv);
+    if (st != AMQP_STATUS_OK) {
+        int e = errno;
+        drop_connection(s);
+        return acemq__broker_fail(b, ACEMQ_EIO, "amqp: cannot connect to %s:%d: %s%s%s%s", host,
+                                  port, amqp_error_string2(st), e ? " (" : "", e ? strerror(e) : "",
+                                  e ? ")" : "");
+    }
+    /* The handshake and every RPC after it (channel.open, confirm.select,
+     * connection.close) give up after the connect timeout instead of
+     * blocking forever on a broker that accepted the socket and went
+     * silent. Confirms are read with their own deadline. */
+    if ((st = amqp_set_handshake_timeout(s->conn, &tv)) != AMQP_STATUS_OK ||
+        (st = amqp_set_rpc_timeout(s->conn, &tv)) != AMQP_STATUS_OK) {
+        drop_connection(s);
+        return acemq__broker_fail(b, ACEMQ_EIO, "amqp: setting timeouts: %s",
+                                  amqp_error_string2(st));
+    }
+    amqp_rpc_reply_t r = amqp_login(s->conn, s->vhost, 0, FRAME_MAX, b->opts.heartbeat_s,
+                                    AMQP_SASL_METHOD_PLAIN, s->info.user, s->info.password);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        describe_reply(msg, sizeof msg, "login", r);
+        drop_connection(s);
+        return acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s@%s:%d vhost '%s': %s", s->info.user, host,
+                                  port, s->vhost, msg);
+    }
+    int rc = open_channel(b, s);
+    if (rc) drop_connection(s);
+    return rc;
+}
+
+/* Makes the handle ready to publish: reopens a channel the broker closed,
+ * or reconnects after waiting out the back-off. */
+static int ensure_ready(acemq_broker *b, amqp_self *s)
+{
+    if (s->conn && s->channel_open) return 0;
+    if (s->conn) {
+        if (open_channel(b, s) == 0) return 0;
+        drop_connection(s);
+    }
+    int64_t wait = s->lost_at_ms + s->backoff_ms - now_ms();
+    if (wait > 0) sleep_ms(wait);
+    int rc = connect_now(b, s);
+    if (rc) {
+        s->lost_at_ms = now_ms();
+        s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
+        return rc == ACEMQ_ENOMEM ? rc : ACEMQ_EIO;
+    }
+    s->backoff_ms = BACKOFF_MIN_MS;
+    return 0;
+}
+
+/* --- one publish call ---------------------------------------------------- */
+
+/* The per-message arrays, all with room for n. */
+static int grow_msgs(amqp_self *s, size_t n)
+{
+    if (n <= s->cap_msgs) return 0;
+    size_t c = s->cap_msgs ? s->cap_msgs : 64;
+    while (c < n)
+        c *= 2;
+    json_t **p = realloc(s->parsed, c * sizeof(json_t *));
+    if (p) s->parsed = p;
+    unsigned char *st = realloc(s->state, c);
+    if (st) s->state = st;
+    int64_t *at = realloc(s->sent_at, c * sizeof *at);
+    if (at) s->sent_at = at;
+    const char **r = realloc(s->ret_reason, c * sizeof *r);
+    if (r) s->ret_reason = r;
+    if (!p || !st || !at || !r) return ACEMQ_ENOMEM;
+    s->cap_msgs = c;
+    return 0;
+}
+
+static void free_reasons(amqp_self *s)
+{
+    for (size_t i = 0; i < s->n_reasons; i++)
+        free(s->reasons[i]);
+    s->n_reasons = 0;
+}
+
+/* A copy of a return's reply text that lives until the next call; the
+ * same text as the previous return shares its copy, since a batch to a
+ * missing route returns many messages with one reason. */
+static const char *keep_reason(amqp_self *s, const char *text)
+{
+    if (s->n_reasons && strcmp(s->reasons[s->n_reasons - 1], text) == 0)
+        return s->reasons[s->n_reasons - 1];
+    if (s->n_reasons == s->cap_reasons) {
+        size_t c = s->cap_reasons ? 2 * s->cap_reasons : 8;
+        char **r = realloc(s->reasons, c * sizeof *r);
+        if (!r) return NULL;
+        s->reasons = r;
+        s->cap_reasons = c;
+    }
+    char *copy = strdup(text);
+    if (!copy) return NULL;
+    s->reasons[s->n_reasons++] = copy;
+    return copy;
+}
+
+static void answer(amqp_self *s, call *c, size_t i, int outcome, const char *reason)
+{
+    if (s->state[i] == M_ANSWERED || s->state[i] == M_UNSENT) return;
+    if (s->state[i] == M_RETURNED) {
+        /* Unroutable: whatever the confirm says, it reached no queue. */
+        outcome = ACEMQ_PUBLISH_RETURNED;
+        reason = s->ret_reason[i];
+    }
+    c->results[i].outcome = outcome;
+    c->results[i].reason = reason;
+    s->state[i] = M_ANSWERED;
+    c->answered++;
+    while (c->lo < c->sent && s->state[c->lo] == M_ANSWERED)
+        c->lo++;
+}
+
+/* basic.ack / basic.nack: one tag, or every tag up to it with multiple. */
+static void confirm(amqp_self *s, call *c, uint64_t tag, int multiple, int outcome,
+                    const char *reason)
+{
+    if (tag < c->first_tag) return; /* an earlier call's */
+    uint64_t rel = tag - c->first_tag;
+    if (rel >= c->sent) return; /* never sent: the broker is confused; ignore */
+    size_t last = (size_t)rel;
+    if (!multiple) {
+        answer(s, c, last, outcome, reason);
+        return;
+    }
+    for (size_t i = c->lo; i <= last; i++)
+        answer(s, c, i, outcome, reason);
+}
+
+/* Every message without an outcome keeps UNKNOWN, with why. */
+static void leave_unknown(amqp_self *s, call *c)
+{
+    for (size_t i = c->lo; i < c->n; i++)
+        if (s->state[i] != M_ANSWERED) c->results[i].reason = s->why;
+}
+
+/* The connection is gone or cannot be trusted: the unanswered stay UNKNOWN
+ * with "lost connection: ...", and the next call reconnects. Returns 1, "the
+ * call stops", for the callers' convenience. */
+static int lost(acemq_broker *b, amqp_self *s, call *c, const char *what, const char *words)
+{
+    (void)snprintf(s->why, sizeof s->why, "lost connection: %s%s", what, words);
+    (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", s->why);
+    leave_unknown(s, c);
+    drop_connection(s);
+    return 1;
+}
+
+/* rabbitmq-c's words for a status, with the system's for a socket error
+ * (errno as it was right after the call). */
+static const char *status_words(char *buf, size_t len, int st, int e)
+{
+    if ((st == AMQP_STATUS_SOCKET_ERROR || st == AMQP_STATUS_TCP_ERROR) && e)
+        (void)snprintf(buf, len, "%s (%s)", amqp_error_string2(st), strerror(e));
+    else
+        (void)snprintf(buf, len, "%s", amqp_error_string2(st));
+    return buf;
+}
+
+/* Reads one frame, waiting until deadline at most (a frame already buffered
+ * comes back at once, even past the deadline). */
+static int read_frame(amqp_self *s, amqp_frame_t *f, int64_t deadline)
+{
+    struct timeval tv = ms_to_tv(deadline - now_ms());
+    return amqp_simple_wait_frame_noblock(s->conn, f, &tv);
+}
+
+/* After basic.return come the message's content header and body frames; the
+ * header carries the message id that says which message came back. */
+static int take_return(acemq_broker *b, amqp_self *s, call *c, amqp_channel_t ch,
+                       const amqp_basic_return_t *m, int64_t deadline)
+{
+    char text[300], exchange[260], key[260], id[260];
+    (void)snprintf(text, sizeof text, "%.*s", (int)m->reply_text.len,
+                   (const char *)m->reply_text.bytes);
+    if (text[0] == '\0') (void)snprintf(text, sizeof text, "returned (%u)", m->reply_code);
+    (void)snprintf(exchange, sizeof exchange, "%.*s", (int)m->exchange.len,
+                   (const char *)m->exchange.bytes);
+    (void)snprintf(key, sizeof key, "%.*s", (int)m->routing_key.len,
+                   (const char *)m->routing_key.bytes);
+    amqp_frame_t f;
+    int st = read_frame(s, &f, deadline);
+    if (st != AMQP_STATUS_OK)
+        return lost(b, s, c, "reading a returned message: ", amqp_error_string2(st));
+    if (f.frame_type != AMQP_FRAME_HEADER)
+        return lost(b, s, c, "", "a returned message came without its content header");
+    const amqp_basic_properties_t *p = f.payload.properties.decoded;
+    id[0] = '\0';
+    if (p && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
+        (void)snprintf(id, sizeof id, "%.*s", (int)p->message_id.len,
+                       (const char *)p->message_id.bytes);
+    uint64_t left = f.payload.properties.body_size;
+    while (left > 0) {
+        st = read_frame(s, &f, deadline);
+        if (st != AMQP_STATUS_OK)
+            return lost(b, s, c, "reading a returned message: ", amqp_error_string2(st));
+        if (f.frame_type != AMQP_FRAME_BODY)
+            return lost(b, s, c, "", "a returned message's body was cut short");
+        left -= f.payload.body_fragment.len < left ? f.payload.body_fragment.len : left;
+    }
+    for (size_t i = c->lo; ch == s->channel && i < c->sent; i++) {
+        const acemq_broker_msg *msg = &c->msgs[i];
+        if (s->state[i] == M_INFLIGHT && strcmp(msg->message_id, id) == 0 &&
+            strcmp(msg->exchange, exchange) == 0 && strcmp(msg->routing_key, key) == 0) {
+            const char *r = keep_reason(s, text);
+            s->ret_reason[i] = r ? r : "returned";
+            s->state[i] = M_RETURNED;
+            break;
+        }
+    }
+    return 0;
+}
+
+/* Handles one frame; non-zero when the call cannot go on (the reasons are
+ * already on the unanswered). */
+static int take_frame(acemq_broker *b, amqp_self *s, call *c, const amqp_frame_t *f,
+                      int64_t deadline)
+{
+    if (f->frame_type != AMQP_FRAME_METHOD) return 0;
+    const amqp_method_t *mt = &f->payload.method;
+    switch (mt->id) {
+    case AMQP_BASIC_ACK_METHOD:
+        if (f->channel == s->channel) {
+            const amqp_basic_ack_t *a = mt->decoded;
+            confirm(s, c, a->delivery_tag, a->multiple, ACEMQ_PUBLISH_CONFIRMED, NULL);
+        }
+        return 0;
+    case AMQP_BASIC_NACK_METHOD:
+        if (f->channel == s->channel) {
+            const amqp_basic_nack_t *a = mt->decoded;
+            confirm(s, c, a->delivery_tag, a->multiple, ACEMQ_PUBLISH_NACKED,
+                    "nack: the broker refused the message");
+        }
+        return 0;
+    case AMQP_BASIC_RETURN_METHOD:
+        return take_return(b, s, c, f->channel, mt->decoded, deadline);
+    case AMQP_CHANNEL_CLOSE_METHOD: {
+        const amqp_channel_close_t *m = mt->decoded;
+        (void)snprintf(s->why, sizeof s->why, "channel closed by the broker: %u %.*s",
+                       (unsigned)m->reply_code, (int)m->reply_text.len,
+                       (const char *)m->reply_text.bytes);
+        (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", s->why);
+        leave_unknown(s, c);
+        s->channel_open = 0;
+        /* The broker ignores the channel until it hears close-ok; without
+         * it the channel number stays taken. */
+        amqp_channel_close_ok_t ok = {0};
+        int st = amqp_send_method(s->conn, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+        if (st != AMQP_STATUS_OK) {
+            (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s; then channel.close-ok: %s", s->why,
+                                     amqp_error_string2(st));
+            drop_connection(s);
+        }
+        return 1;
+    }
+    case AMQP_CONNECTION_CLOSE_METHOD: {
+        const amqp_connection_close_t *m = mt->decoded;
+        char words[300];
+        (void)snprintf(words, sizeof words, "%u %.*s", (unsigned)m->reply_code,
+                       (int)m->reply_text.len, (const char *)m->reply_text.bytes);
+        amqp_connection_close_ok_t ok = {0};
+        /* A courtesy: the connection is dropped right after either way. */
+        (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        return lost(b, s, c, "closed by the broker: ", words);
+    }
+    default:
+        return 0; /* connection.blocked and the like: the deadline covers them */
+    }
+}
+
+static int too_long(const char *z)
+{
+    return z && strlen(z) > 255;
+}
+
+/* Checks every message, and parses its headers, before anything is sent:
+ * one that rabbitmq-c cannot encode fails the call whole (ACEMQ_EINVAL,
+ * nothing sent) rather than half-way through, where it would break the
+ * connection. AMQP short strings hold 255 bytes; the content header must fit
+ * in one frame. */
+static int check_msgs(acemq_broker *b, amqp_self *s, const acemq_broker_msg *msgs, size_t n,
+                      size_t *max_entries)
+{
+    *max_entries = 1;
+    memset(s->parsed, 0, n * sizeof(json_t *));
+    for (size_t i = 0; i < n; i++) {
+        const acemq_broker_msg *m = &msgs[i];
+        if (too_long(m->exchange) || too_long(m->routing_key) || too_long(m->message_id) ||
+            too_long(m->content_type))
+            return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                      "message %zu: exchange, routing_key, message_id and "
+                                      "content_type must be at most 255 bytes",
+                                      i);
+        if (!m->headers_json) continue;
+        json_error_t err;
+        json_t *o = json_loads(m->headers_json, 0, &err);
+        if (!o)
+            return acemq__broker_fail(b, ACEMQ_EINVAL, "message %zu: headers_json: %s (line %d)", i,
+                                      err.text, err.line);
+        s->parsed[i] = o;
+        if (!json_is_object(o))
+            return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                      "message %zu: headers_json is not a JSON object", i);
+        const char *k;
+        json_t *v;
+        size_t bytes = 0;
+        json_object_foreach(o, k, v)
+        {
+            if (!json_is_string(v))
+                return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                          "message %zu: header '%s' is not a string", i, k);
+            if (strlen(k) > 255)
+                return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                          "message %zu: a header name is longer than 255 bytes", i);
+            bytes += 6 + strlen(k) + json_string_length(v);
+        }
+        if (bytes > FRAME_MAX - 2048)
+            return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                      "message %zu: headers take %zu bytes; at most %d fit", i,
+                                      bytes, FRAME_MAX - 2048);
+        if (json_object_size(o) + 1 > *max_entries) *max_entries = json_object_size(o) + 1;
+    }
+    return 0;
+}
+
+static int send_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers)
+{
+    size_t k = 0;
+    if (headers) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(headers, key, v)
+        {
+            if (strcmp(key, ATTEMPTS_HEADER) == 0) continue; /* ours is the truth */
+            amqp_table_entry_t *e = &s->entries[k++];
+            e->key = amqp_cstring_bytes(key);
+            e->value.kind = AMQP_FIELD_KIND_UTF8;
+            e->value.value.bytes.len = json_string_length(v);
+            e->value.value.bytes.bytes = (void *)json_string_value(v);
+        }
+    }
+    amqp_table_entry_t *e = &s->entries[k++];
+    e->key = amqp_cstring_bytes(ATTEMPTS_HEADER);
+    e->value.kind = AMQP_FIELD_KIND_I32;
+    e->value.value.i32 = m->attempts;
+
+    amqp_basic_properties_t p;
+    memset(&p, 0, sizeof p);
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_HEADERS_FLAG;
+    p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    p.message_id = amqp_cstring_bytes(m->message_id);
+    if (m->content_type) {
+        p._flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
+        p.content_type = amqp_cstring_bytes(m->content_type);
+    }
+    p.headers.num_entries = (int)k;
+    p.headers.entries = s->entries;
+    amqp_bytes_t body = {.len = m->body_len, .bytes = (void *)m->body};
+    /* mandatory: an unroutable message comes back as basic.return instead of
+     * vanishing behind a confirm. */
+    return amqp_basic_publish(s->conn, s->channel, amqp_cstring_bytes(m->exchange),
+                              amqp_cstring_bytes(m->routing_key), 1, 0, &p, body);
+}
+
+static int run_call(acemq_broker *b, amqp_self *s, call *c)
+{
+    size_t window = (size_t)b->opts.window;
+    while (c->answered < c->n) {
+        /* Fill the window, then read: confirms free slots as they come. */
+        while (c->sent < c->n && c->sent - c->answered < window) {
+            size_t i = c->sent;
+            errno = 0;
+            int st = send_one(s, &c->msgs[i], s->parsed[i]);
+            /* Even an encoding failure may leave half a message on the wire
+             * (the method frame goes out before the header is encoded), so
+             * every failure ends the connection; check_msgs() keeps the
+             * encodable ones from getting here. */
+            if (st != AMQP_STATUS_OK) {
+                char words[200];
+                (void)lost(b, s, c,
+                           "basic.publish: ", status_words(words, sizeof words, st, errno));
+                return 0;
+            }
+            s->state[i] = M_INFLIGHT;
+            s->sent_at[i] = now_ms();
+            c->sent++;
+            s->next_tag++;
+        }
+        if (c->answered >= c->n) break;
+        int64_t deadline = s->sent_at[c->lo] + b->opts.confirm_timeout_ms;
+        amqp_frame_t f;
+        errno = 0;
+        int st = read_frame(s, &f, deadline);
+        if (st == AMQP_STATUS_TIMEOUT) {
+            (void)snprintf(s->why, sizeof s->why, "timeout");
+            (void)acemq__broker_fail(b, ACEMQ_EIO,
+                                     "amqp: no confirm within %d ms; connection dropped",
+                                     b->opts.confirm_timeout_ms);
+            leave_unknown(s, c);
+            /* Confirms may still come for these tags; a new channel next
+             * time keeps them from being read as a later call's. */
+            drop_connection(s);
+            return 0;
+        }
+        if (st != AMQP_STATUS_OK) {
+            char words[200];
+            (void)lost(b, s, c, "", status_words(words, sizeof words, st, errno));
+            return 0;
+        }
+        int stop = take_frame(b, s, c, &f, deadline);
+        /* Decoded frames live in rabbitmq-c's pools until released; without
+         * this a long call grows them without bound. */
+        if (s->conn) amqp_maybe_release_buffers(s->conn);
+        if (stop) return 0;
+    }
+    return 0;
+}
+
+static int amqp_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                        acemq_publish_result *results)
+{
+    amqp_self *s = b->self;
+    free_reasons(s);
+    s->why[0] = '\0';
+    if (grow_msgs(s, n)) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
+    /* The messages first: a bad one is the caller's error whatever the
+     * connection's state, and costs no reconnect. */
+    size_t max_entries = 1;
+    int rc = check_msgs(b, s, msgs, n, &max_entries);
+    if (!rc && max_entries > s->cap_entries) {
+        amqp_table_entry_t *e = realloc(s->entries, max_entries * sizeof *e);
+        if (e) {
+            s->entries = e;
+            s->cap_entries = max_entries;
+        } else {
+            rc = acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
+        }
+    }
+    if (!rc) {
+        rc = ensure_ready(b, s);
+        if (rc) {
+            (void)snprintf(s->why, sizeof s->why, "not connected: %s", b->errmsg);
+            for (size_t i = 0; i < n; i++)
+                results[i].reason = s->why;
+        }
+    }
+    if (!rc) {
+        memset(s->state, M_UNSENT, n);
+        call c = {.msgs = msgs, .results = results, .n = n, .first_tag = s->next_tag};
+        rc = run_call(b, s, &c);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (s->parsed[i]) {
+            json_decref(s->parsed[i]);
+            s->parsed[i] = NULL;
+        }
+    return rc;
+}
+
+static void amqp_close(acemq_broker *b)
+{
+    amqp_self *s = b->self;
+    if (!s) return;
+    if (s->conn) {
+        /* The polite close, bounded by the RPC timeout: the broker logs a
+         * clean close instead of a vanished client. Its answer changes
+         * nothing now. */
+        (void)amqp_connection_close(s->conn, AMQP_REPLY_SUCCESS);
+        drop_connection(s);
+    }
+    free_reasons(s);
+    free(s->reasons);
+    free(s->parsed);
+    free(s->entries);
+    free(s->state);
+    free(s->sent_at);
+    free(s->ret_reason);
+    free(s->url_buf);
+    free(s);
+    b->self = NULL;
+}
+
+static const acemq__broker_methods amqp_methods = {
+    .version = ACEMQ__BROKER_METHODS_VERSION,
+    .name = "amqp091",
+    .close = amqp_close,
+    .publish = amqp_publish,
+};
+
+int acemq__broker_open_amqp(acemq_broker *b, const char *url)
+{
+    amqp_self *s = calloc(1, sizeof *s);
+    if (!s) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
+    s->url_buf = strdup(url);
+    if (!s->url_buf) {
+        free(s);
+        return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
+    }
+    amqp_default_connection_info(&s->info);
+    int st = amqp_parse_url(s->url_buf, &s->info);
+    if (st != AMQP_STATUS_OK || s->info.ssl) {
+        free(s->url_buf);
+        free(s);
+        /* The URL is not echoed: it may hold a password. */
+        return acemq__broker_fail(b, ACEMQ_EURL,
+                                  "amqp: malformed URL (%s); expected "
+                                  "amqp://user:pass@host:port/vhost",
+                                  st != AMQP_STATUS_OK ? amqp_error_string2(st)
+                                                       : "amqps:// is not supported");
+    }
+    /* "amqp://host:port/" names the empty vhost by the letter of the URI
+     * spec, which no broker has; RabbitMQ's default "/" is meant, and is
+     * also "amqp://host:port/%2f". */
+    s->vhost = s->info.vhost && s->info.vhost[0] ? s->info.vhost : "/";
+    s->backoff_ms = BACKOFF_MIN_MS;
+    int rc = connect_now(b, s);
+    if (rc) {
+        free(s->url_buf);
+        free(s);
+        return rc;
+    }
+    b->self = s;
+    b->methods = &amqp_methods;
+    return 0;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# cli_relay.sh ACEMQ — `acemq relay` and `acemq outbox` as an operator runs
+# them: rows written with plain SQL are published (to the in-process broker),
+# an unroutable one fails and is counted, /metrics answers in Prometheus text,
+# SIGTERM ends the relay with status 0, and status/dead/retry/purge do what
+# they say. Waits on the relay's progress with a bounded loop; asserts only
+# what happened, never how fast.
+set -u
+acemq=$1
+tmp=$(mktemp -d /tmp/acemq-cli-relay-XXXXXX)
+relay_pid=
+cleanup() {
+    [ -n "$relay_pid" ] && kill -9 "$relay_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+check() { # check NAME COMMAND...: runs the command, counts a failure
+    if "${@:2}"; then echo "ok   $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
+}
+
+db=$tmp/shop.db
+url=sqlite:$db
+port=$((20000 + $$ % 20000))
+
+# The schema comes from the library; rows come from plain SQL, as from any language.
+check "status on a new outbox" sh -c "'$acemq' outbox status --outbox '$url' | grep -qx 'unclaimed 0'"
+sqlite3 "$db" "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 50)
+  INSERT INTO acemq_outbox(id, destination, routing_key, body)
+  SELECT printf('order-%03d', i), 'orders', 'order.created', CAST('{}' AS BLOB) FROM g;
+  INSERT INTO acemq_outbox(id, destination, routing_key, body)
+  VALUES ('lost-1', 'nowhere', 'x', x'00'), ('lost-2', 'nowhere', 'x', x'00');"
+check "status counts the rows" sh -c "'$acemq' outbox status --outbox '$url' | grep -qx 'unclaimed 52'"
+
+"$acemq" relay --outbox "$url" --broker "memory:cli?unroutable=nowhere" --poll 0.05 \
+    --metrics "127.0.0.1:$port" -v 2>"$tmp/relay.log" &
+relay_pid=$!
+
+metrics() {
+    exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+    printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+    cat <&3 >"$tmp/metrics.txt"
+    exec 3<&-
+}
+published=0
+for _ in $(seq 1 600); do
+    if metrics 2>/dev/null; then
+        published=$(awk '$1 == "acemq_relay_published_total" {print $2}' "$tmp/metrics.txt")
+        returned=$(awk '$1 == "acemq_relay_returned_total" {print $2}' "$tmp/metrics.txt")
+        [ "${published:-0}" = 50 ] && [ "${returned:-0}" -ge 2 ] && break
+    fi
+    sleep 0.1
+done
+check "50 published, per /metrics" test "$published" = 50
+check "the unroutable rows were returned" test "${returned:-0}" -ge 2
+check "/metrics is Prometheus text" grep -q '^# TYPE acemq_relay_confirm_latency_seconds histogram' "$tmp/metrics.txt"
+check "/metrics has the +Inf bucket" grep -q 'acemq_relay_confirm_latency_seconds_bucket{le="+Inf"} 50' "$tmp/metrics.txt"
+check "/metrics has the pending gauge" grep -q '^acemq_outbox_pending ' "$tmp/metrics.txt"
+
+kill -TERM "$relay_pid"
+wait "$relay_pid"
+status=$?
+relay_pid=
+check "SIGTERM: exit status 0" test "$status" = 0
+check "log: start" grep -q 'event=start' "$tmp/relay.log"
+check "log: a failure with its reason" grep -q 'event=publish_failed id=lost-1 reason="returned: NO_ROUTE"' "$tmp/relay.log"
+check "log: stop" grep -q 'event=stop' "$tmp/relay.log"
+check "the unroutable rows wait, not published" sh -c "'$acemq' outbox status --outbox '$url' | grep -qx 'unclaimed 2'"
+
+# A dead row, as max_attempts failures leave it.
+sqlite3 "$db" "UPDATE acemq_outbox SET state = 2, attempts = 10, last_error = 'returned: NO_ROUTE' WHERE id = 'lost-1'"
+check "dead lists it with its error" sh -c "'$acemq' outbox dead --outbox '$url' | grep -qP '^lost-1\t10\treturned: NO_ROUTE$'"
+check "retry mends it" sh -c "'$acemq' outbox retry --outbox '$url' lost-1 | grep -qx 'retried lost-1'"
+"$acemq" outbox retry --outbox "$url" order-001 >/dev/null 2>&1
+check "retry of a record that is not dead: exit 1" test $? = 1
+check "purge removes what was published" sh -c "'$acemq' outbox purge --outbox '$url' --older-than 0 | grep -qx 'purged 50'"
+
+"$acemq" relay --outbox "$url" >/dev/null 2>&1
+check "relay without --broker: exit 2" test $? = 2
+"$acemq" relay --outbox "$url" --broker memory: --lease 10 --confirm-timeout 20 >/dev/null 2>&1
+check "lease not above the confirm timeout: exit 2" test $? = 2
+"$acemq" relay --outbox "kafka://x" --broker memory: >/dev/null 2>&1
+check "unknown outbox URL: exit 1" test $? = 1
+"$acemq" outbox purge --outbox "$url" >/dev/null 2>&1
+check "purge without --older-than: exit 2" test $? = 2
+check "relay --help has examples" sh -c "'$acemq' relay --help | grep -q Examples"
+check "outbox --help has examples" sh -c "'$acemq' outbox --help | grep -q Examples"
+
+[ "$failures" = 0 ] || { echo "$failures check(s) failed; relay log:"; cat "$tmp/relay.log"; exit 1; }
+echo "all checks passed"
