@@ -82,6 +82,7 @@ enum {
     ST_PURGE,
     ST_DATA_VERSION,
     ST_BEGIN,
+    ST_BEGIN_READ,
     ST_COMMIT,
     ST_ROLLBACK,
     ST_COUNT
@@ -114,6 +115,8 @@ static const char *const statement_sql[ST_COUNT] = {
     [ST_PURGE] = "DELETE FROM acemq_outbox WHERE state = 1 AND published_at <= ?1",
     [ST_DATA_VERSION] = "PRAGMA data_version",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
+    /* Deferred: a read that needs one snapshot, taking no write lock. */
+    [ST_BEGIN_READ] = "BEGIN",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
 };
@@ -441,7 +444,7 @@ static int sq_release(acemq_outbox *h, const char *id, uint64_t token, int64_t n
 static int sq_pending(acemq_outbox *h, acemq_outbox_pending *out, int64_t now)
 {
     sq *s = h->self;
-    int rc = run(h, s, ST_BEGIN, "pending_count: BEGIN");
+    int rc = run(h, s, ST_BEGIN_READ, "pending_count: BEGIN");
     if (rc != 0) return rc;
     sqlite3_stmt *st = s->st[ST_PENDING];
     (void)sqlite3_bind_int64(st, 1, now);

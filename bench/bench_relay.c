@@ -1,0 +1,468 @@
+/* bench_relay.c — the relay's throughput from outbox to confirmed in RabbitMQ,
+ * beside a raw rabbitmq-c publisher that publishes the same messages with
+ * confirms and the same window in the same run; and the latency from commit
+ * to confirm at 1,000 records/s.
+ *
+ * Targets (issue 5): throughput >= 0.9 x the raw publisher on both outboxes;
+ * on PostgreSQL with NOTIFY, p99 commit-to-confirm <= 10 ms.
+ *
+ *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
+ *               [--batch N] [--window N] [--quick]
+ *
+ * URLs default to ACEMQ_AMQP_URL and ACEMQ_PG_URL (scripts/services.sh env);
+ * without a broker nothing is measured, without PostgreSQL its cases are
+ * skipped, and each says so.
+ */
+#include <amqp.h>
+#include <amqp_framing.h>
+#include <amqp_tcp_socket.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "acemq/postgres.h"
+#include "acemq/relay.h"
+#include "acemq/sqlite.h"
+#include "bench_common.h"
+
+#define QUEUE "acemq-bench-relay"
+#define BODY_LEN 200
+
+typedef struct config {
+    const char *amqp_url, *pg_url, *out_path;
+    long records;
+    int reps, batch, window, quick;
+    char dir[256];
+} config;
+
+/* ------------------------------------------------------------ rabbitmq-c */
+
+static amqp_connection_state_t mq_connect(const char *url)
+{
+    static char buf[512];
+    snprintf(buf, sizeof buf, "%s", url);
+    struct amqp_connection_info info;
+    amqp_default_connection_info(&info);
+    if (amqp_parse_url(buf, &info) != AMQP_STATUS_OK) die("bad AMQP URL");
+    amqp_connection_state_t c = amqp_new_connection();
+    amqp_socket_t *s = amqp_tcp_socket_new(c);
+    if (!s || amqp_socket_open(s, info.host, info.port) != AMQP_STATUS_OK)
+        die("cannot connect to RabbitMQ at %s:%d", info.host, info.port);
+    const char *vhost = info.vhost && info.vhost[0] ? info.vhost : "/";
+    if (amqp_login(c, vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user, info.password)
+            .reply_type != AMQP_RESPONSE_NORMAL)
+        die("RabbitMQ login failed");
+    amqp_channel_open(c, 1);
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("channel.open failed");
+    return c;
+}
+
+static void mq_close(amqp_connection_state_t c)
+{
+    amqp_channel_close(c, 1, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(c);
+}
+
+static void fresh_queue(const char *url)
+{
+    amqp_connection_state_t c = mq_connect(url);
+    amqp_queue_declare(c, 1, amqp_cstring_bytes(QUEUE), 0, 1, 0, 0, amqp_empty_table);
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("queue.declare failed");
+    amqp_queue_purge(c, 1, amqp_cstring_bytes(QUEUE));
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("queue.purge failed");
+    mq_close(c);
+}
+
+/* The peer: what a careful person writes with rabbitmq-c to publish n
+ * persistent, mandatory messages with confirms, `window` in flight. */
+static double raw_publish(const char *url, long n, int window)
+{
+    amqp_connection_state_t c = mq_connect(url);
+    amqp_confirm_select(c, 1);
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("confirm.select failed");
+    static char body[BODY_LEN];
+    memset(body, 'x', sizeof body);
+    long sent = 0, acked = 0;
+    double t0 = mono_now();
+    while (acked < n) {
+        while (sent < n && sent - acked < window) {
+            char id[32];
+            snprintf(id, sizeof id, "r%08ld", sent);
+            amqp_basic_properties_t p;
+            memset(&p, 0, sizeof p);
+            p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG;
+            p.delivery_mode = 2;
+            p.message_id = amqp_cstring_bytes(id);
+            amqp_bytes_t b = {sizeof body, body};
+            if (amqp_basic_publish(c, 1, amqp_cstring_bytes(""), amqp_cstring_bytes(QUEUE), 1, 0,
+                                   &p, b) != AMQP_STATUS_OK)
+                die("basic.publish failed");
+            sent++;
+        }
+        amqp_frame_t f;
+        if (amqp_simple_wait_frame(c, &f) != AMQP_STATUS_OK) die("waiting for confirms failed");
+        if (f.frame_type != AMQP_FRAME_METHOD) continue;
+        if (f.payload.method.id == AMQP_BASIC_ACK_METHOD) {
+            const amqp_basic_ack_t *a = f.payload.method.decoded;
+            long tag = (long)a->delivery_tag;
+            acked = a->multiple ? tag : acked + 1;
+        } else if (f.payload.method.id == AMQP_BASIC_NACK_METHOD) {
+            die("the broker nacked a message");
+        } else if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD) {
+            die("the broker returned a message: no queue %s?", QUEUE);
+        }
+    }
+    double elapsed = mono_now() - t0;
+    mq_close(c);
+    return (double)n / elapsed;
+}
+
+/* The floor under any relay's latency: one persistent message published and
+ * its confirm awaited, `n` times at `rate` per second; p50 and p99 in ms. */
+static void raw_confirm_latency(const char *url, long n, int rate, double *p50, double *p99)
+{
+    amqp_connection_state_t c = mq_connect(url);
+    amqp_confirm_select(c, 1);
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("confirm.select failed");
+    double *lat = malloc((size_t)n * sizeof *lat);
+    if (!lat) die("out of memory");
+    static char body[BODY_LEN];
+    double start = mono_now();
+    for (long i = 0; i < n; i++) {
+        double wait = start + (double)i / rate - mono_now();
+        if (wait > 0) {
+            struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        amqp_basic_properties_t p;
+        memset(&p, 0, sizeof p);
+        p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+        p.delivery_mode = 2;
+        amqp_bytes_t b = {sizeof body, body};
+        double t0 = mono_now();
+        if (amqp_basic_publish(c, 1, amqp_cstring_bytes(""), amqp_cstring_bytes(QUEUE), 1, 0, &p,
+                               b) != AMQP_STATUS_OK)
+            die("basic.publish failed");
+        for (;;) {
+            amqp_frame_t f;
+            if (amqp_simple_wait_frame(c, &f) != AMQP_STATUS_OK) die("waiting for a confirm");
+            if (f.frame_type == AMQP_FRAME_METHOD && f.payload.method.id == AMQP_BASIC_ACK_METHOD)
+                break;
+        }
+        lat[i] = (mono_now() - t0) * 1000;
+    }
+    mq_close(c);
+    *p50 = median(lat, (int)n); /* sorts lat */
+    *p99 = lat[(n * 99) / 100];
+    free(lat);
+}
+
+/* ------------------------------------------------------------ outboxes */
+
+static void exec_sql(int pg, sqlite3 *db, PGconn *conn, const char *sql)
+{
+    if (pg) {
+        PGresult *r = PQexec(conn, sql);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+            die("postgres: %s: %s", sql, PQresultErrorMessage(r));
+        PQclear(r);
+    } else {
+        char *msg = NULL;
+        if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) die("sqlite: %s: %s", sql, msg);
+    }
+}
+
+static void refill(int pg, sqlite3 *db, PGconn *conn, long n)
+{
+    char sql[512];
+    exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
+    if (pg)
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO acemq_outbox(id, destination, routing_key, body) SELECT 'r' ||"
+                 " lpad(g::text, 8, '0'), '', '" QUEUE "', convert_to(repeat('x', %d), 'UTF8')"
+                 " FROM generate_series(1, %ld) g",
+                 BODY_LEN, n);
+    else
+        snprintf(sql, sizeof sql,
+                 "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < %ld)"
+                 " INSERT INTO acemq_outbox(id, destination, routing_key, body)"
+                 " SELECT printf('r%%08d', i), '', '" QUEUE "', zeroblob(%d) FROM g",
+                 n, BODY_LEN);
+    exec_sql(pg, db, conn, sql);
+    exec_sql(pg, db, conn, pg ? "VACUUM ANALYZE acemq_outbox" : "PRAGMA wal_checkpoint(TRUNCATE)");
+}
+
+static double run_relay(const config *cfg, const char *outbox_url, long n)
+{
+    acemq_outbox *ob = NULL;
+    acemq_broker *b = NULL;
+    acemq_relay *r = NULL;
+    if (acemq_outbox_open(&ob, outbox_url, NULL) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
+    acemq_broker_options bo;
+    acemq_broker_options_init(&bo);
+    bo.window = cfg->window;
+    if (acemq_broker_open(&b, cfg->amqp_url, &bo) != 0)
+        die("broker: %s", acemq_broker_errmsg(NULL));
+    acemq_relay_options ro;
+    acemq_relay_options_init(&ro);
+    ro.batch = (size_t)cfg->batch;
+    if (acemq_relay_new(&r, ob, b, &ro) != 0) die("relay_new failed");
+    double t0 = mono_now();
+    for (;;) {
+        size_t got = 0;
+        if (acemq_relay_step(r, &got) != 0) die("relay: %s", acemq_relay_errmsg(r));
+        if (got == 0) break;
+    }
+    double elapsed = mono_now() - t0;
+    acemq_relay_stats s;
+    acemq_relay_stats_get(r, &s);
+    if ((long)s.published != n)
+        die("relay published %llu of %ld", (unsigned long long)s.published, n);
+    acemq_relay_free(r);
+    acemq_broker_close(b);
+    acemq_outbox_close(ob);
+    return (double)n / elapsed;
+}
+
+/* ------------------------------------------------------------ latency */
+
+typedef struct relay_thread {
+    acemq_relay *r;
+    volatile sig_atomic_t stop;
+} relay_thread;
+
+static void *relay_main(void *arg)
+{
+    relay_thread *t = arg;
+    if (acemq_relay_run(t->r, &t->stop) != 0) die("relay_run: %s", acemq_relay_errmsg(t->r));
+    return NULL;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* Writes `n` records at `rate` per second, each in its own committed
+ * transaction, while a relay runs; then reads published_at - created_at of
+ * each (both the database's clock on PostgreSQL, the machine's on SQLite). */
+static void latency_case(const config *cfg, FILE *out, int pg, const char *outbox_url, sqlite3 *db,
+                         PGconn *conn)
+{
+    long n = cfg->quick ? 1000 : 5000;
+    const int rate = 1000;
+    double raw50 = 0, raw99 = 0;
+    raw_confirm_latency(cfg->amqp_url, n, rate, &raw50, &raw99);
+    fresh_queue(cfg->amqp_url);
+    exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
+    acemq_outbox *ob = NULL;
+    acemq_broker *b = NULL;
+    if (acemq_outbox_open(&ob, outbox_url, NULL) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
+    if (acemq_broker_open(&b, cfg->amqp_url, NULL) != 0)
+        die("broker: %s", acemq_broker_errmsg(NULL));
+    acemq_relay_options ro;
+    acemq_relay_options_init(&ro);
+    /* PostgreSQL wakes on NOTIFY: the poll is only a fallback. SQLite polls
+     * data_version every 5 ms inside the wait. */
+    ro.poll_ms = pg ? 1000 : 5;
+    relay_thread t = {.stop = 0};
+    if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new failed");
+    pthread_t th;
+    if (pthread_create(&th, NULL, relay_main, &t) != 0) die("pthread_create failed");
+    static char body[BODY_LEN];
+    memset(body, 'x', sizeof body);
+    double start = mono_now();
+    for (long i = 0; i < n; i++) {
+        double due = start + (double)i / rate;
+        double wait = due - mono_now();
+        if (wait > 0) {
+            struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        char id[32];
+        snprintf(id, sizeof id, "lat-%08ld", i);
+        acemq_outbox_record rec = {
+            .id = id, .destination = "", .routing_key = QUEUE, .body = body, .body_len = BODY_LEN};
+        exec_sql(pg, db, conn, "BEGIN");
+        int rc = pg ? acemq_outbox_add_pg(conn, &rec, NULL, NULL)
+                    : acemq_outbox_add_sqlite(db, &rec, NULL, NULL);
+        if (rc != 0) die("add: %s", acemq_outbox_errmsg(NULL));
+        exec_sql(pg, db, conn, "COMMIT");
+    }
+    double wrote = mono_now() - start;
+    /* A handle of its own: the relay's belongs to the relay's thread. */
+    acemq_outbox *watch = NULL;
+    if (acemq_outbox_open(&watch, outbox_url, NULL) != 0)
+        die("outbox: %s", acemq_outbox_errmsg(NULL));
+    for (int k = 0; k < 3000; k++) { /* until the relay has it all */
+        acemq_outbox_pending p;
+        if (acemq_outbox_pending_count(watch, &p) != 0)
+            die("pending: %s", acemq_outbox_errmsg(watch));
+        if (p.unclaimed + p.claimed == 0) break;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    acemq_outbox_close(watch);
+    t.stop = 1;
+    pthread_join(th, NULL);
+    long *lat = malloc((size_t)n * sizeof *lat);
+    if (!lat) die("out of memory");
+    long got = 0;
+    const char *q = "SELECT published_at - created_at FROM acemq_outbox WHERE state = 1";
+    if (pg) {
+        PGresult *r = PQexec(conn, q);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) die("postgres: %s", PQresultErrorMessage(r));
+        for (int i = 0; i < PQntuples(r) && got < n; i++)
+            lat[got++] = strtol(PQgetvalue(r, i, 0), NULL, 10);
+        PQclear(r);
+    } else {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK) die("sqlite: prepare");
+        while (sqlite3_step(st) == SQLITE_ROW && got < n)
+            lat[got++] = (long)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    if (got != n) die("latency: %ld of %ld records published", got, n);
+    qsort(lat, (size_t)n, sizeof *lat, cmp_long);
+    long p50 = lat[n / 2], p99 = lat[(n * 99) / 100];
+    const char *name = pg ? "latency/postgres-notify" : "latency/sqlite-poll";
+    int target = pg; /* the target is PostgreSQL's; SQLite's figure is for reading */
+    printf("%-26s %ld records at %.0f/s: p50 %ld ms, p99 %ld ms, max %ld ms  %s\n", name, n,
+           (double)n / wrote, p50, p99, lat[n - 1],
+           target ? (p99 <= 10 ? "(target p99 <= 10 ms: yes)" : "(target p99 <= 10 ms: NO)") : "");
+    printf("%-26s RabbitMQ alone, one persistent message then its confirm, same rate: p50 %.1f ms,"
+           " p99 %.1f ms\n",
+           "", raw50, raw99);
+    fprintf(out,
+            "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%ld,\"unit\":\"ms p99\",\"p50_ms\":%ld,"
+            "\"peer\":\"raw rabbitmq-c confirm latency p99 (ms), same rate\",\"peer_value\":%.1f,"
+            "\"ratio\":null,"
+            "\"target\":\"%s\",\"target_met\":%s}\n",
+            name, p99, p50, raw99, target ? "p99 <= 10 ms" : "-",
+            target ? (p99 <= 10 ? "true" : "false") : "null");
+    free(lat);
+    acemq_relay_free(t.r);
+    acemq_broker_close(b);
+    acemq_outbox_close(ob);
+}
+
+/* ------------------------------------------------------------ cases */
+
+static void bench_backend(const config *cfg, FILE *out, int pg)
+{
+    char url[1200], path[512];
+    sqlite3 *db = NULL;
+    PGconn *conn = NULL;
+    if (pg) {
+        snprintf(url, sizeof url, "%s", cfg->pg_url);
+    } else {
+        snprintf(path, sizeof path, "%s/relay.db", cfg->dir);
+        snprintf(url, sizeof url, "sqlite:%s", path);
+    }
+    acemq_outbox *h = NULL;
+    if (acemq_outbox_open(&h, url, NULL) != 0) die("open: %s", acemq_outbox_errmsg(NULL));
+    acemq_outbox_close(h);
+    if (pg) {
+        conn = PQconnectdb(url);
+        if (PQstatus(conn) != CONNECTION_OK) die("postgres: %s", PQerrorMessage(conn));
+    } else if (sqlite3_open(path, &db) != SQLITE_OK ||
+               sqlite3_busy_timeout(db, 10000) != SQLITE_OK) {
+        die("sqlite3_open(%s)", path);
+    }
+    double a[16], p[16];
+    for (int rep = 0; rep < cfg->reps; rep++) {
+        for (int turn = 0; turn < 2; turn++) {
+            fresh_queue(cfg->amqp_url);
+            if ((turn + rep) % 2 == 0) {
+                refill(pg, db, conn, cfg->records);
+                a[rep] = run_relay(cfg, url, cfg->records);
+            } else {
+                p[rep] = raw_publish(cfg->amqp_url, cfg->records, cfg->window);
+            }
+        }
+    }
+    double v = median(a, cfg->reps), pv = median(p, cfg->reps), ratio = v / pv;
+    char name[64];
+    snprintf(name, sizeof name, "throughput/%s", pg ? "postgres" : "sqlite");
+    printf("%-26s %10.0f  %-28s %10.0f %7.3f  >= 0.9  %s\n", name, v, "raw rabbitmq-c, confirms",
+           pv, ratio, ratio >= 0.9 ? "yes" : "NO");
+    fprintf(out,
+            "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%.0f,\"unit\":\"records/s\","
+            "\"peer\":\"raw rabbitmq-c publisher with confirms, window %d\",\"peer_value\":%.0f,"
+            "\"ratio\":%.4f,\"target\":\">= 0.9\",\"target_met\":%s,\"batch\":%d}\n",
+            name, v, cfg->window, pv, ratio, ratio >= 0.9 ? "true" : "false", cfg->batch);
+    fflush(out);
+    latency_case(cfg, out, pg, url, db, conn);
+    fresh_queue(cfg->amqp_url);
+    if (db) sqlite3_close(db);
+    if (conn) PQfinish(conn);
+}
+
+int main(int argc, char **argv)
+{
+    bench_name = "bench_relay";
+    config cfg = {.out_path = ACEMQ_SOURCE_DIR "/bench/results/latest.jsonl",
+                  .records = 20000,
+                  .reps = 3,
+                  .batch = 500,
+                  .window = 256};
+    cfg.amqp_url = getenv("ACEMQ_AMQP_URL");
+    cfg.pg_url = getenv("ACEMQ_PG_URL");
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--amqp") == 0 && i + 1 < argc)
+            cfg.amqp_url = argv[++i];
+        else if (strcmp(argv[i], "--pg") == 0 && i + 1 < argc)
+            cfg.pg_url = argv[++i];
+        else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            cfg.out_path = argv[++i];
+        else if (strcmp(argv[i], "--records") == 0 && i + 1 < argc)
+            cfg.records = atol(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            cfg.reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
+            cfg.batch = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
+            cfg.window = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0)
+            cfg.quick = 1, cfg.reps = 1, cfg.records = 5000;
+        else {
+            fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
+                            " [--reps N] [--batch N] [--window N] [--quick]\n");
+            return 2;
+        }
+    }
+    if (cfg.reps < 1 || cfg.reps > 16 || cfg.records < 1 || cfg.batch < 1 || cfg.window < 1)
+        die("--reps 1..16, --records, --batch and --window positive");
+    if (!cfg.amqp_url || !*cfg.amqp_url) {
+        printf("relay: skipped: no --amqp and no ACEMQ_AMQP_URL (scripts/services.sh start "
+               "rabbitmq)\n");
+        return 0;
+    }
+    snprintf(cfg.dir, sizeof cfg.dir, "/tmp/acemq-bench-relay-XXXXXX");
+    if (!mkdtemp(cfg.dir)) die("mkdtemp failed");
+    FILE *out = fopen(cfg.out_path, "a");
+    if (!out) die("opening %s", cfg.out_path);
+    printf("relay: outbox -> RabbitMQ (persistent, confirms), %ld records of %d bytes, batch %d,"
+           " window %d, median of %d\n",
+           cfg.records, BODY_LEN, cfg.batch, cfg.window, cfg.reps);
+    printf("%-26s %10s  %-28s %10s %7s  %-7s %s\n", "case", "records/s", "peer", "records/s",
+           "ratio", "target", "met");
+    bench_backend(&cfg, out, 0);
+    if (cfg.pg_url && *cfg.pg_url)
+        bench_backend(&cfg, out, 1);
+    else
+        printf("note: PostgreSQL cases skipped: no --pg and no ACEMQ_PG_URL\n");
+    fclose(out);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cfg.dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", cfg.dir);
+    return 0;
+}
