@@ -2,11 +2,14 @@
  * of producer windows with its own memory of evictions, counters and, in the
  * thread-safe flavour, its own lock.
  *
- * The single-thread flavour is one shard and takes no lock: a check is a
- * parse, one XXH3 of the producer, one bucket walk and a bit test-and-set,
- * with no allocation once the producer is known. The thread-safe flavour
- * picks a shard by the hash's top bits and holds only that shard's lock, so
- * checks on producers in different shards never wait for each other.
+ * The single-thread flavour is one shard and takes no lock: the commonest
+ * check (check_fast) is a parse of the id's last eight bytes, a two-multiply
+ * hash of the producer, one slot of an open-addressed table, a key compare
+ * and a bit test-and-set, straight-line, with no allocation once the
+ * producer is known; everything else goes to the general check. The
+ * thread-safe flavour picks a shard by the hash's top bits and holds only
+ * that shard's lock, so checks on producers in different shards never wait
+ * for each other.
  *
  * The LRU in the thread-safe flavour is per shard, an approximation: when the
  * audit holds max_producers producers, a newcomer evicts the least recently
@@ -15,6 +18,12 @@
  * at most max_producers + shards - 1 windows are held. Counters live in the
  * shard, under its lock, so they cost no atomic operation.
  */
+#if defined(__linux__)
+#define _DEFAULT_SOURCE /* syscall() */
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -34,11 +43,165 @@
 /* The default memory of evictions stops growing at 8 MiB. */
 #define DEFAULT_GHOSTS_MAX ((size_t)1 << 20)
 
+/* A producer: recency, key, window header and ring in one 64-byte aligned
+ * allocation. The first cache line holds what a check reads and writes
+ * (recency, top, floor, start, the ring's address); the second the lengths
+ * and the key (up to 56 bytes of it); then the ring. A check reads those two
+ * lines and one ring word, and writes only the first line and the word.
+ *
+ * Recency, two ways, one order. A small audit (max_producers up to
+ * STAMP_MAX) stamps each use with the shard's clock, and eviction takes the
+ * smallest stamp, found by scanning the shard's producers (dense[]): a use
+ * costs one store, into a line the check writes anyway. A large one keeps a
+ * doubly linked list, most recent at the head, whose relink on each use
+ * writes two or three other producers' lines, but whose eviction is O(1).
+ * Both move a producer to "most recent" on the same events (admission, a
+ * check, a rollback) and evict the least recent, so they evict the same
+ * producer: stamps are distinct and rise with every use, so the smallest is
+ * the one whose last use is oldest, which is the list's tail. */
+typedef struct entry {
+    uint64_t hash; /* key_hash: slot and shard */
+    union {
+        struct {
+            struct entry *prev, *next; /* list: the shard's head is the most recent */
+        };
+        struct {
+            uint64_t stamp; /* stamps: the shard's clock at the last use */
+            size_t index;   /* stamps: place in the shard's dense[] */
+        };
+    };
+    acemq__window w;
+    /* The second line from here: the lengths, then the key. */
+    uint32_t key_len, key_cap; /* key_cap: a multiple of 16, so the ring is 8-aligned */
+    unsigned char key[];
+} entry;
+
+/* The producer table: open addressing, linear probing, a slot a pointer to
+ * a producer (NULL: empty). The producer's full 64-bit hash sits in its
+ * first line, beside the window fields the check reads anyway, and is
+ * compared before the key. The table is kept at most 1/16 full while small
+ * (1/4, then 1/2, as it grows large), so a producer nearly always sits in
+ * its home slot: the lookup is one slot read and a branch the predictor
+ * gets right, where a chained bucket walk's length is a guess per id. It
+ * starts small and doubles as producers arrive, so an audit that sees few
+ * producers (a connection audit holds many such) stays small. Removal
+ * shifts the run back (no tombstones). */
+typedef struct slot {
+    struct entry *p; /* NULL: empty */
+} slot;
+
+static size_t table_spread(size_t producers)
+{
+    return producers < 256 ? 16 : producers < 4096 ? 4 : 2;
+}
+
+#define MIN_KEY_CAP 64 /* room for an ActiveMQ producer id and then some */
+/* Audits of up to this many producers keep recency by stamps (above): an
+ * eviction then scans at most STAMP_MAX + shards - 1 producers of a shard. */
+#define STAMP_MAX 256
+
+/* ---- the shard lock ----
+ *
+ * On Linux, a three-state futex lock (Drepper, "Futexes are tricky", mutex
+ * 3): 0 free, 1 held, 2 held and maybe waited for. Taking a free lock is one
+ * compare-and-swap and giving it back one exchange, both inline on the check
+ * path, where pthread_mutex_lock and _unlock are two calls into libc doing
+ * the same two atomic operations behind a test of the mutex's type. A
+ * waiter spins briefly, then sleeps in the kernel on the word. Acquire and
+ * release orders on the word carry the happens-before edges (which
+ * ThreadSanitizer sees as such). Elsewhere, a pthread mutex. */
+#if defined(__linux__)
+typedef struct shard_lock {
+    atomic_uint word;
+} shard_lock;
+
+static int lock_init(shard_lock *l)
+{
+    atomic_init(&l->word, 0);
+    return 0;
+}
+
+static void lock_destroy(shard_lock *l)
+{
+    (void)l;
+}
+
+static void futex(atomic_uint *word, int op, unsigned val)
+{
+    (void)syscall(SYS_futex, (unsigned *)word, op, val, NULL, NULL, 0);
+}
+
+static __attribute__((noinline)) void lock_wait(shard_lock *l)
+{
+    for (int spin = 0; spin < 64; spin++) {
+        unsigned c = atomic_load_explicit(&l->word, memory_order_relaxed);
+        if (c == 0 && atomic_compare_exchange_weak_explicit(&l->word, &c, 1, memory_order_acquire,
+                                                            memory_order_relaxed))
+            return;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    /* From here the lock is marked waited for (2) whenever we take it, so
+     * that whoever gives it back wakes the next sleeper. */
+    while (atomic_exchange_explicit(&l->word, 2, memory_order_acquire) != 0)
+        futex(&l->word, FUTEX_WAIT_PRIVATE, 2);
+}
+
+static inline void lock_take(shard_lock *l)
+{
+    unsigned c = 0;
+    if (!atomic_compare_exchange_strong_explicit(&l->word, &c, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        lock_wait(l);
+}
+
+static inline void lock_give(shard_lock *l)
+{
+    if (atomic_exchange_explicit(&l->word, 0, memory_order_release) == 2)
+        futex(&l->word, FUTEX_WAKE_PRIVATE, 1);
+}
+#else
+typedef struct shard_lock {
+    pthread_mutex_t m;
+} shard_lock;
+
+static int lock_init(shard_lock *l)
+{
+    return pthread_mutex_init(&l->m, NULL) == 0 ? 0 : ACEMQ_ENOMEM;
+}
+
+static void lock_destroy(shard_lock *l)
+{
+    pthread_mutex_destroy(&l->m);
+}
+
+static inline void lock_take(shard_lock *l)
+{
+    pthread_mutex_lock(&l->m);
+}
+
+static inline void lock_give(shard_lock *l)
+{
+    pthread_mutex_unlock(&l->m);
+}
+#endif
+
 typedef struct shard {
-    pthread_mutex_t lock;
-    acemq__lru producers;
+    shard_lock lock;
+    slot *slots;
+    size_t mask; /* slots - 1 */
+    size_t count;
+    entry *head, *tail; /* list recency */
+    uint64_t clock;     /* stamp recency: the last stamp given */
+    slot *dense;        /* stamp recency: the count producers, in no order */
+    size_t dense_cap;
     acemq__ghosts ghosts;
-    acemq_audit_stats stats;
+    acemq_audit_stats stats; /* `checks` is derived in stats_add, see there */
+    /* The fast path's answers, by result: [ACEMQ_AUDIT_NEW] and
+     * [ACEMQ_AUDIT_DUPLICATE], counted by index rather than by a branch on
+     * which it was; added to news and duplicates in stats_add. */
+    uint64_t answered[2];
     /* Keeps neighbouring shards' locks off one cache line. */
     char pad[64];
 } shard;
@@ -49,11 +212,17 @@ struct acemq_audit {
     int policy;
     int locked;
     int lost_history; /* every unseen producer may have been seen: see acemq__audit_new_lost */
+    int stamped;      /* recency by stamps, not by list (see entry) */
     unsigned shard_bits;
     unsigned nshards;
     unsigned mutexes;        /* shard locks initialised, for destroy() */
     atomic_size_t producers; /* across shards; only read when nshards > 1 */
-    shard *shards;
+    shard *shards;           /* &one when there is one shard */
+    /* The only shard of a one-shard audit (every single-thread one), inside
+     * the audit, so that the check path reaches its table with one load
+     * fewer: every check is a chain of dependent loads (audit, table, slot,
+     * producer, ring word), and each link costs its latency. */
+    shard one;
 };
 
 void acemq_audit_options_init(acemq_audit_options *o)
@@ -87,15 +256,306 @@ unsigned acemq__audit_shards(const acemq_audit_options *o, unsigned *bits)
     return n;
 }
 
+/* ---- the producer table ---- */
+
+static int table_init(shard *s)
+{
+    size_t n = 16;
+    s->slots = calloc(n, sizeof *s->slots);
+    if (!s->slots) return ACEMQ_ENOMEM;
+    s->mask = n - 1;
+    return 0;
+}
+
+static void table_destroy(shard *s, int stamped)
+{
+    if (stamped) {
+        for (size_t i = 0; i < s->count; i++)
+            free(s->dense[i].p);
+    } else {
+        for (entry *p = s->head, *next; p; p = next) {
+            next = p->next;
+            free(p);
+        }
+    }
+    free(s->dense);
+    free(s->slots);
+    s->dense = NULL;
+    s->slots = NULL;
+    s->head = s->tail = NULL;
+    s->count = 0;
+}
+
+static inline uint64_t word_at(const unsigned char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* Multiplies to 128 bits and folds the halves: every bit of both inputs
+ * reaches the middle of the product (wyhash's mix). */
+static inline uint64_t fold_mul(uint64_t a, uint64_t b)
+{
+#if defined(__SIZEOF_INT128__)
+    __uint128_t m = (__uint128_t)a * b;
+    return (uint64_t)m ^ (uint64_t)(m >> 64);
+#else
+    /* Four 32-bit products, as compilers without a 128-bit type would. */
+    uint64_t lo_lo = (a & 0xFFFFFFFFu) * (b & 0xFFFFFFFFu);
+    uint64_t hi_lo = (a >> 32) * (b & 0xFFFFFFFFu);
+    uint64_t lo_hi = (a & 0xFFFFFFFFu) * (b >> 32);
+    uint64_t hi_hi = (a >> 32) * (b >> 32);
+    uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xFFFFFFFFu) + lo_hi;
+    uint64_t high = (hi_lo >> 32) + (cross >> 32) + hi_hi;
+    return ((cross << 32) | (lo_lo & 0xFFFFFFFFu)) ^ high;
+#endif
+}
+
+/* The table's hash. Producers of 9 to 32 bytes (the common ActiveMQ shape
+ * is 30 or so) are read as two or four overlapping words, which cover every
+ * byte, and mixed with one or two multiplications: well under half of what
+ * XXH3 spends on them, and the lookup compares the same words again. Other
+ * lengths take XXH3. A key always has one length, hence one function: the
+ * hash is a function of the key. The hash decides nothing but where to look
+ * (the key is compared), and the shard; the memory of evictions keys on
+ * XXH3 (ghost_hash), unchanged. */
+#define K0 0xa0761d6478bd642full
+#define K1 0xe7037ed1a0b428dbull
+#define K2 0x8ebc6af09c88c6e3ull
+#define K3 0x589965cc75374cc3ull
+
+/* Length classes: the check path tests a producer's length once and runs a
+ * copy of the lookup made for its class, in which hash and comparison are
+ * straight-line code. */
+enum { KEY_ANY, KEY_9_16, KEY_17_32 };
+
+static inline __attribute__((always_inline)) uint64_t key_hash_in(int cls, const unsigned char *k,
+                                                                  size_t n)
+{
+    uint64_t h;
+    if (cls == KEY_9_16)
+        h = fold_mul(word_at(k) ^ K0, word_at(k + n - 8) ^ K1 ^ n);
+    else if (cls == KEY_17_32)
+        h = fold_mul(word_at(k) ^ K0, word_at(k + 8) ^ K1 ^ n) ^
+            fold_mul(word_at(k + n - 16) ^ K2, word_at(k + n - 8) ^ K3);
+    else
+        h = XXH3_64bits(k, n);
+    return h;
+}
+
+static inline int key_class(size_t n)
+{
+    return n - 17 <= 15 ? KEY_17_32 : n - 9 <= 7 ? KEY_9_16 : KEY_ANY;
+}
+
+static inline __attribute__((always_inline)) uint64_t key_hash(const unsigned char *k, size_t n)
+{
+    int cls = key_class(n);
+    if (cls == KEY_17_32) return key_hash_in(KEY_17_32, k, n);
+    if (cls == KEY_9_16) return key_hash_in(KEY_9_16, k, n);
+    return key_hash_in(KEY_ANY, k, n);
+}
+
+static inline uint64_t ghost_hash(const void *k, size_t n)
+{
+    return XXH3_64bits(k, n);
+}
+
+/* Keys are short: compared a word at a time, inline, with no byte loop for
+ * 8 bytes or more (the last word overlaps the one before), and with no
+ * branch at all in the 9-16 and 17-32 byte classes. */
+static inline __attribute__((always_inline)) int same_key(int cls, const unsigned char *a,
+                                                          const unsigned char *b, size_t n)
+{
+    if (cls == KEY_9_16)
+        return ((word_at(a) ^ word_at(b)) | (word_at(a + n - 8) ^ word_at(b + n - 8))) == 0;
+    if (cls == KEY_17_32)
+        return ((word_at(a) ^ word_at(b)) | (word_at(a + 8) ^ word_at(b + 8)) |
+                (word_at(a + n - 16) ^ word_at(b + n - 16)) |
+                (word_at(a + n - 8) ^ word_at(b + n - 8))) == 0;
+    if (n >= 8) {
+        size_t last = n - 8;
+        for (size_t i = 0; i < last; i += 8)
+            if (word_at(a + i) != word_at(b + i)) return 0;
+        return word_at(a + last) == word_at(b + last);
+    }
+    for (; n > 0; n--)
+        if (*a++ != *b++) return 0;
+    return 1;
+}
+
+/* The producer with this key, or NULL. */
+static inline __attribute__((always_inline)) entry *
+table_find_in(int cls, const shard *s, uint64_t hash, const void *key, size_t len)
+{
+    for (size_t i = (size_t)hash & s->mask;; i = (i + 1) & s->mask) {
+        entry *p = s->slots[i].p;
+        if (!p) return NULL;
+        if (p->hash == hash && p->key_len == len && same_key(cls, p->key, key, len)) return p;
+    }
+}
+
+static entry *table_find(const shard *s, uint64_t hash, const void *key, size_t len)
+{
+    int cls = key_class(len);
+    if (cls == KEY_17_32) return table_find_in(KEY_17_32, s, hash, key, len);
+    if (cls == KEY_9_16) return table_find_in(KEY_9_16, s, hash, key, len);
+    return table_find_in(KEY_ANY, s, hash, key, len);
+}
+
+static void table_put(slot *slots, size_t mask, entry *p)
+{
+    size_t i = (size_t)p->hash & mask;
+    while (slots[i].p)
+        i = (i + 1) & mask;
+    slots[i].p = p;
+}
+
+/* Room for one more producer (none when it replaces an evicted one, adding
+ * 0): doubles the slots when the table would pass its fill limit, and the
+ * room in dense[] for stamp recency. ACEMQ_ENOMEM leaves the table as it
+ * was. */
+static int table_reserve(shard *s, int stamped, size_t adding)
+{
+    if (stamped && s->count + adding > s->dense_cap) {
+        size_t cap = s->dense_cap ? s->dense_cap * 2 : 16;
+        slot *dense = realloc(s->dense, cap * sizeof *dense);
+        if (!dense) return ACEMQ_ENOMEM;
+        s->dense = dense;
+        s->dense_cap = cap;
+    }
+    size_t n = s->mask + 1, want = (s->count + adding) * table_spread(s->count + adding);
+    if (want <= n) return 0;
+    size_t m = n;
+    while (m < want)
+        m *= 2;
+    slot *slots = calloc(m, sizeof *slots);
+    if (!slots) return ACEMQ_ENOMEM;
+    if (stamped) {
+        for (size_t i = 0; i < s->count; i++)
+            table_put(slots, m - 1, s->dense[i].p);
+    } else {
+        for (entry *p = s->head; p; p = p->next)
+            table_put(slots, m - 1, p);
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->mask = m - 1;
+    return 0;
+}
+
+/* Takes p's slot out, shifting the rest of its run back so that every
+ * producer stays reachable from its home slot without tombstones. */
+static void table_remove(shard *s, const entry *p)
+{
+    size_t mask = s->mask, i = (size_t)p->hash & mask;
+    while (s->slots[i].p != p)
+        i = (i + 1) & mask;
+    for (size_t j = i;;) {
+        j = (j + 1) & mask;
+        if (!s->slots[j].p) break;
+        size_t home = (size_t)s->slots[j].p->hash & mask;
+        /* The producer at j may fill the hole at i unless its home lies
+         * cyclically in (i, j]: then it must stay at or after its home. */
+        int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (stays) continue;
+        s->slots[i].p = s->slots[j].p;
+        i = j;
+    }
+    s->slots[i].p = NULL;
+}
+
+static void unlink_recency(shard *s, entry *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        s->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        s->tail = p->prev;
+}
+
+static void push_front(shard *s, entry *p)
+{
+    p->prev = NULL;
+    p->next = s->head;
+    if (s->head)
+        s->head->prev = p;
+    else
+        s->tail = p;
+    s->head = p;
+}
+
+/* Makes p the most recent producer (list recency); nothing to do when it
+ * already is. */
+static inline void relink(shard *s, entry *p)
+{
+    entry *h = s->head, *prev = p->prev;
+    if (h == p) return;
+    prev->next = p->next; /* not the head, so it has a prev */
+    if (p->next)
+        p->next->prev = prev;
+    else
+        s->tail = prev;
+    p->prev = NULL;
+    p->next = h;
+    h->prev = p;
+    s->head = p;
+}
+
+/* A use of p: it becomes the most recent producer. */
+static inline __attribute__((always_inline)) void touch(int stamped, shard *s, entry *p)
+{
+    if (stamped)
+        p->stamp = ++s->clock;
+    else
+        relink(s, p);
+}
+
+/* Adds p, just admitted, as the most recent producer. The room in dense[]
+ * was made by table_reserve. */
+static void recency_add(int stamped, shard *s, entry *p)
+{
+    if (!stamped) {
+        push_front(s, p);
+        return;
+    }
+    p->index = s->count;
+    s->dense[s->count].p = p;
+    p->stamp = ++s->clock;
+}
+
+/* Takes the least recently used producer out of the recency order. */
+static entry *recency_pop_oldest(int stamped, shard *s)
+{
+    if (!stamped) {
+        entry *p = s->tail;
+        unlink_recency(s, p);
+        return p;
+    }
+    size_t oldest = 0;
+    for (size_t i = 1; i < s->count; i++)
+        if (s->dense[i].p->stamp < s->dense[oldest].p->stamp) oldest = i;
+    entry *p = s->dense[oldest].p, *last = s->dense[s->count - 1].p;
+    s->dense[oldest].p = last;
+    last->index = oldest;
+    return p;
+}
+
+/* ---- the audit ---- */
+
 static void destroy(acemq_audit *a)
 {
     for (unsigned i = 0; a->shards && i < a->nshards; i++) {
         shard *s = &a->shards[i];
-        acemq__lru_destroy(&s->producers, NULL);
+        table_destroy(s, a->stamped);
         acemq__ghosts_destroy(&s->ghosts);
-        if (i < a->mutexes) pthread_mutex_destroy(&s->lock);
+        if (i < a->mutexes) lock_destroy(&s->lock);
     }
-    free(a->shards);
+    if (a->shards != &a->one) free(a->shards);
     free(a);
 }
 
@@ -116,28 +576,32 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     a->max_producers = opts.max_producers;
     a->policy = opts.policy;
     a->lost_history = lost_history != 0;
+    a->stamped = opts.max_producers <= STAMP_MAX;
     a->locked = (opts.flags & ACEMQ_AUDIT_THREAD_SAFE) != 0;
     a->nshards = acemq__audit_shards(&opts, &a->shard_bits);
     atomic_init(&a->producers, 0);
     size_t ghosts = (size_t)opts.max_producers * GHOSTS_PER_PRODUCER;
     if (ghosts > DEFAULT_GHOSTS_MAX) ghosts = DEFAULT_GHOSTS_MAX;
     if (opts.max_evicted) ghosts = opts.max_evicted;
-    size_t per_shard = (opts.max_producers + a->nshards - 1) / a->nshards;
-    /* Shards are aligned like the cache lines their padding keeps apart. */
-    size_t bytes = (sizeof(shard) * a->nshards + 63) & ~(size_t)63;
-    a->shards = aligned_alloc(64, bytes);
-    if (!a->shards) {
-        free(a);
-        return ACEMQ_ENOMEM;
+    if (a->nshards == 1) {
+        a->shards = &a->one;
+    } else {
+        /* Shards are aligned like the cache lines their padding keeps apart. */
+        size_t bytes = (sizeof(shard) * a->nshards + 63) & ~(size_t)63;
+        a->shards = aligned_alloc(64, bytes);
+        if (!a->shards) {
+            free(a);
+            return ACEMQ_ENOMEM;
+        }
+        memset(a->shards, 0, bytes);
     }
-    memset(a->shards, 0, bytes);
     for (unsigned i = 0; i < a->nshards; i++) {
         shard *s = &a->shards[i];
         if (a->locked) {
-            if (pthread_mutex_init(&s->lock, NULL) != 0) rc = ACEMQ_ENOMEM;
+            rc = lock_init(&s->lock);
             if (rc == 0) a->mutexes++;
         }
-        if (rc == 0) rc = acemq__lru_init(&s->producers, per_shard, acemq__window_size(&a->shape));
+        if (rc == 0) rc = table_init(s);
         if (rc == 0) rc = acemq__ghosts_init(&s->ghosts, (ghosts + a->nshards - 1) / a->nshards);
         if (rc != 0) {
             destroy(a);
@@ -158,44 +622,71 @@ void acemq_audit_free(acemq_audit *a)
     if (a) destroy(a);
 }
 
-static shard *shard_for(acemq_audit *a, uint64_t hash)
+static inline shard *shard_for(acemq_audit *a, uint64_t hash)
 {
-    return &a->shards[a->shard_bits ? hash >> (64 - a->shard_bits) : 0];
+    /* hash >> (64 - bits), with no branch for bits = 0: (hash >> 1) >> 63 is 0. */
+    return &a->shards[(hash >> 1) >> (63 - a->shard_bits)];
 }
 
-static void lock(acemq_audit *a, shard *s)
+static inline void lock(acemq_audit *a, shard *s)
 {
-    if (a->locked) pthread_mutex_lock(&s->lock);
+    if (a->locked) lock_take(&s->lock);
 }
 
-static void unlock(acemq_audit *a, shard *s)
+static inline void unlock(acemq_audit *a, shard *s)
 {
-    if (a->locked) pthread_mutex_unlock(&s->lock);
+    if (a->locked) lock_give(&s->lock);
 }
 
-/* An entry for a producer not in the table: the shard's least recently used
- * one, remembered as evicted, when the audit is full; a new one otherwise. */
-static acemq__lru_entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *producer,
-                               size_t len)
+/* A producer for a key not in the table, most recent in the LRU, its window
+ * left for the caller: the shard's least recently used one, remembered as
+ * evicted, when the audit is full (its memory reused when the key fits); a
+ * new one otherwise. NULL on ENOMEM, with the table as it was before, less
+ * the evicted producer. */
+static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, size_t len)
 {
-    size_t held = a->nshards == 1 ? s->producers.count
-                                  : atomic_load_explicit(&a->producers, memory_order_relaxed);
-    acemq__lru_entry *reuse = NULL;
-    if (held >= a->max_producers && s->producers.count > 0) {
-        reuse = acemq__lru_pop_oldest(&s->producers);
+    size_t held =
+        a->nshards == 1 ? s->count : atomic_load_explicit(&a->producers, memory_order_relaxed);
+    int evict = held >= a->max_producers && s->count > 0;
+    if (table_reserve(s, a->stamped, evict ? 0 : 1) != 0) return NULL;
+    entry *p = NULL;
+    if (evict) {
+        p = recency_pop_oldest(a->stamped, s);
+        table_remove(s, p);
+        s->count--;
         s->stats.evictions++;
-        if (acemq__ghosts_put(&s->ghosts, reuse->hash)) s->stats.forgotten++;
+        if (acemq__ghosts_put(&s->ghosts, ghost_hash(p->key, p->key_len))) s->stats.forgotten++;
+        /* The evicted producer's place in the count passes to the newcomer. */
+        if (p->key_cap < len) {
+            free(p);
+            p = NULL;
+        }
+    } else {
+        atomic_fetch_add_explicit(&a->producers, 1, memory_order_relaxed);
     }
-    acemq__lru_entry *e = acemq__lru_insert(&s->producers, hash, producer, len, reuse);
-    if (!reuse && e) atomic_fetch_add_explicit(&a->producers, 1, memory_order_relaxed);
-    if (reuse && !e) atomic_fetch_sub_explicit(&a->producers, 1, memory_order_relaxed);
-    return e;
+    if (!p) {
+        size_t cap = len < MIN_KEY_CAP ? MIN_KEY_CAP : (len + 15) & ~(size_t)15;
+        size_t bytes = sizeof *p + cap + acemq__window_size(&a->shape);
+        p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (!p) {
+            atomic_fetch_sub_explicit(&a->producers, 1, memory_order_relaxed);
+            return NULL;
+        }
+        p->key_cap = (uint32_t)cap;
+    }
+    p->hash = hash;
+    p->key_len = (uint32_t)len;
+    memcpy(p->key, key, len);
+    p->w.bits = (uint64_t *)(void *)(p->key + p->key_cap);
+    table_put(s->slots, s->mask, p);
+    recency_add(a->stamped, s, p);
+    s->count++;
+    return p;
 }
 
-/* Counts an answer and applies the policy to an UNKNOWN. */
+/* Counts an answer off the fast path and applies the policy to an UNKNOWN. */
 static int answer(acemq_audit *a, shard *s, int result, int cause)
 {
-    s->stats.checks++;
     if (result == ACEMQ_AUDIT_DUPLICATE) {
         s->stats.duplicates++;
         return result;
@@ -217,63 +708,157 @@ static int answer(acemq_audit *a, shard *s, int result, int cause)
 /* A producer we hold no window for: rare once producers are known, so kept
  * out of line, off the check path's instruction cache. */
 static __attribute__((noinline)) int check_newcomer(acemq_audit *a, shard *s, uint64_t hash,
-                                                    const void *producer, size_t len, uint64_t seq,
+                                                    const void *key, size_t len, uint64_t seq,
                                                     int *cause)
 {
-    acemq__lru_entry *e;
-    /* A producer we hold no window for. If we dropped its window, anything
-     * up to this id may have been seen: its first id back is UNKNOWN. */
-    int readmitted = acemq__ghosts_take(&s->ghosts, hash) || a->lost_history;
-    e = admit(a, s, hash, producer, len);
-    if (!e) return ACEMQ_ENOMEM;
-    acemq__window_init((acemq__window *)acemq__lru_payload(e), &a->shape, seq, readmitted);
+    /* If we dropped its window, anything up to this id may have been seen:
+     * its first id back is UNKNOWN. */
+    int readmitted = acemq__ghosts_take(&s->ghosts, ghost_hash(key, len)) || a->lost_history;
+    entry *p = admit(a, s, hash, key, len);
+    if (!p) return ACEMQ_ENOMEM;
+    acemq__window_init(&p->w, &a->shape, seq, readmitted);
     if (!readmitted) return answer(a, s, ACEMQ_AUDIT_NEW, ACEMQ_AUDIT_CAUSE_NONE);
     *cause = ACEMQ_AUDIT_EVICTED;
     return answer(a, s, ACEMQ_AUDIT_UNKNOWN, *cause);
 }
 
-static inline int check_in_shard(acemq_audit *a, shard *s, uint64_t hash, const void *producer,
-                                 size_t len, uint64_t seq, int *cause)
-{
-    acemq__lru_entry *e = acemq__lru_find_fast(&s->producers, hash, producer, len);
-    if (!e) return check_newcomer(a, s, hash, producer, len, seq, cause);
-    int result =
-        acemq__window_check_fast((acemq__window *)acemq__lru_payload(e), &a->shape, seq, cause);
-    return answer(a, s, result, *cause);
-}
-
-/* Both check entry points, inline in each: the public check_seq is exported,
- * and in position-independent code an exported function may be interposed,
- * so the compiler would not inline it into check: a call per id. */
-static inline int check_split(acemq_audit *a, const void *producer, size_t producer_len,
-                              uint64_t sequence, int *cause)
+/* A sequence the window's fast path did not take (see acemq__window_check_fast). */
+static __attribute__((noinline)) int check_slow(acemq_audit *a, shard *s, entry *p, uint64_t seq,
+                                                int *cause)
 {
     int c = ACEMQ_AUDIT_CAUSE_NONE;
+    int result = acemq__window_check(&p->w, &a->shape, seq, &c);
     if (cause) *cause = c;
-    if (!a || !producer || producer_len == 0 || producer_len > ACEMQ_AUDIT_PRODUCER_MAX)
-        return ACEMQ_EINVAL;
-    uint64_t hash = XXH3_64bits(producer, producer_len);
-    shard *s = shard_for(a, hash);
-    lock(a, s);
-    int rc = check_in_shard(a, s, hash, producer, producer_len, sequence, &c);
-    unlock(a, s);
-    if (cause) *cause = c;
+    return answer(a, s, result, c);
+}
+
+/* The whole check, every case, for one length class and flavour (the
+ * general check; check_fast below is the common case's shortcut). It is
+ * inline in check_general and nowhere else, so that the exported entry
+ * points, which in position-independent code may be interposed and so are
+ * never inlined into each other, each reach it in one call. DUPLICATE or
+ * NEW from the window's fast case is counted by index, not by a branch,
+ * since which of the two comes next is what the stream decides. *cause was
+ * set to NONE by the caller. */
+static inline __attribute__((always_inline)) int
+check_in(int cls, int locked, acemq_audit *a, const void *key, size_t len, uint64_t seq, int *cause)
+{
+    uint64_t hash = key_hash_in(cls, key, len);
+    shard *s = locked ? shard_for(a, hash) : a->shards;
+    if (locked) lock_take(&s->lock);
+    int rc;
+    entry *p = table_find_in(cls, s, hash, key, len);
+    if (__builtin_expect(p == NULL, 0)) {
+        int c = ACEMQ_AUDIT_CAUSE_NONE;
+        rc = check_newcomer(a, s, hash, key, len, seq, &c);
+        if (cause) *cause = c;
+    } else {
+        touch(a->stamped, s, p);
+        if (__builtin_expect(acemq__window_check_fast(&p->w, &a->shape, seq, &rc), 1)) {
+            s->answered[rc]++;
+        } else {
+            rc = check_slow(a, s, p, seq, cause);
+        }
+    }
+    if (locked) lock_give(&s->lock);
     return rc;
+}
+
+static inline __attribute__((always_inline)) int check_split(acemq_audit *a, const void *key,
+                                                             size_t len, uint64_t seq, int *cause)
+{
+    if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
+    /* len - 1 wraps for 0: one comparison rejects both ends. */
+    if (!a || !key || len - 1 >= ACEMQ_AUDIT_PRODUCER_MAX) return ACEMQ_EINVAL;
+    /* One copy per length class and flavour: the single-thread one has no
+     * shard to pick and no lock to test twice. */
+    if (!a->locked) {
+        if (__builtin_expect(len - 17 <= 15, 1))
+            return check_in(KEY_17_32, 0, a, key, len, seq, cause);
+        if (len - 9 <= 7) return check_in(KEY_9_16, 0, a, key, len, seq, cause);
+        return check_in(KEY_ANY, 0, a, key, len, seq, cause);
+    }
+    if (__builtin_expect(len - 17 <= 15, 1)) return check_in(KEY_17_32, 1, a, key, len, seq, cause);
+    if (len - 9 <= 7) return check_in(KEY_9_16, 1, a, key, len, seq, cause);
+    return check_in(KEY_ANY, 1, a, key, len, seq, cause);
+}
+
+/* check_split, out of line: the way out of check_fast. */
+static __attribute__((noinline)) int check_general(acemq_audit *a, const void *key, size_t len,
+                                                   uint64_t seq, int *cause)
+{
+    return check_split(a, key, len, seq, cause);
+}
+
+/* The commonest check, straight-line: a producer of 17 to 32 bytes in its
+ * home slot, the next sequence or one inside the window. Anything else
+ * leaves, before anything is written, through a tail call to check_general,
+ * which does the whole check from the start and treats this case exactly as
+ * this does. With no loop and no call on its path, the single-thread copy
+ * needs few registers: check_split (one function for every case) spills
+ * and saves more per id. The thread-safe copy holds the shard's lock from
+ * the lookup to the last write, and gives it back before leaving. */
+static inline __attribute__((always_inline)) int
+check_fast(int locked, acemq_audit *a, const void *key, size_t len, uint64_t seq, int *cause)
+{
+    uint64_t hash = key_hash_in(KEY_17_32, key, len);
+    shard *s = locked ? shard_for(a, hash) : &a->one;
+    if (locked) lock_take(&s->lock);
+    size_t i = (size_t)hash & s->mask;
+    entry *p = s->slots[i].p;
+    /* One more slot inline: a producer displaced by one is common enough
+     * (a few percent of them) to stay off the general path. */
+    if (__builtin_expect(p != NULL && p->hash != hash, 0)) p = s->slots[(i + 1) & s->mask].p;
+    int rc;
+    if (__builtin_expect(p == NULL || p->hash != hash || p->key_len != len ||
+                             !same_key(KEY_17_32, p->key, key, len) ||
+                             !acemq__window_check_fast(&p->w, &a->shape, seq, &rc),
+                         0)) {
+        if (locked) lock_give(&s->lock);
+        return check_general(a, key, len, seq, cause);
+    }
+    touch(a->stamped, s, p);
+    s->answered[rc]++;
+    if (locked) lock_give(&s->lock);
+    if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
+    return rc;
+}
+
+static __attribute__((noinline)) int check_fast_locked(acemq_audit *a, const void *key, size_t len,
+                                                       uint64_t seq, int *cause)
+{
+    return check_fast(1, a, key, len, seq, cause);
+}
+
+/* Both entry points: the single-thread fast copy inline, the rest a call. */
+static inline __attribute__((always_inline)) int check_entry(acemq_audit *a, const void *key,
+                                                             size_t len, uint64_t seq, int *cause)
+{
+    if (__builtin_expect(!a || !key || len - 17 > 15, 0))
+        return check_general(a, key, len, seq, cause);
+    if (a->locked) return check_fast_locked(a, key, len, seq, cause);
+    return check_fast(0, a, key, len, seq, cause);
 }
 
 int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_len,
                           uint64_t sequence, int *cause)
 {
-    return check_split(a, producer, producer_len, sequence, cause);
+    return check_entry(a, producer, producer_len, sequence, cause);
 }
 
 int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
 {
+#ifdef ACEMQ__AUDIT_SWAR
+    size_t len;
+    uint64_t seq;
+    if (__builtin_expect(acemq__audit_split_fast(id, id_len, &len, &seq), 1))
+        return check_entry(a, id, len, seq, cause);
+#endif
     if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
     acemq_audit_id p;
     int rc = acemq__audit_split(id, id_len, &p);
     if (rc != 0) return rc;
-    return check_split(a, p.producer, p.producer_len, p.sequence, cause);
+    return check_general(a, p.producer, p.producer_len, p.sequence, cause);
 }
 
 int acemq_audit_rollback_seq(acemq_audit *a, const void *producer, size_t producer_len,
@@ -281,13 +866,16 @@ int acemq_audit_rollback_seq(acemq_audit *a, const void *producer, size_t produc
 {
     if (!a || !producer || producer_len == 0 || producer_len > ACEMQ_AUDIT_PRODUCER_MAX)
         return ACEMQ_EINVAL;
-    uint64_t hash = XXH3_64bits(producer, producer_len);
+    uint64_t hash = key_hash(producer, producer_len);
     shard *s = shard_for(a, hash);
     lock(a, s);
     int cleared = 0;
-    acemq__lru_entry *e = acemq__lru_find(&s->producers, hash, producer, producer_len);
-    if (e)
-        cleared = acemq__window_clear((acemq__window *)acemq__lru_payload(e), &a->shape, sequence);
+    entry *p = table_find(s, hash, producer, producer_len);
+    if (p) {
+        /* A rollback is a use, as in ActiveMQ's access-ordered map. */
+        touch(a->stamped, s, p);
+        cleared = acemq__window_clear(&p->w, &a->shape, sequence);
+    }
     s->stats.rollbacks += (uint64_t)cleared;
     unlock(a, s);
     return cleared;
@@ -322,7 +910,16 @@ void acemq__audit_stats_add(acemq_audit *a, acemq_audit_stats *sum)
         shard *s = &a->shards[i];
         lock(a, s);
         acemq__audit_stats_merge(sum, &s->stats);
-        sum->producers += s->producers.count;
+        uint64_t news = s->stats.news + s->answered[ACEMQ_AUDIT_NEW];
+        uint64_t duplicates = s->stats.duplicates + s->answered[ACEMQ_AUDIT_DUPLICATE];
+        sum->news += s->answered[ACEMQ_AUDIT_NEW];
+        sum->duplicates += s->answered[ACEMQ_AUDIT_DUPLICATE];
+        /* Every check is answered once, and the check path counts only its
+         * answer: NEW (fail-open UNKNOWNs included), DUPLICATE, or, only
+         * under fail-closed, UNKNOWN. */
+        sum->checks +=
+            news + duplicates + (a->policy == ACEMQ_AUDIT_FAIL_CLOSED ? s->stats.unknowns : 0);
+        sum->producers += s->count;
         unlock(a, s);
     }
 }

@@ -1,5 +1,6 @@
-/* audit_internal.h — what the message audit's files share: the bit window, the
- * producer table (a hash map with an LRU order) and the memory of evictions.
+/* audit_internal.h — what the message audit's files share: the bit window, a
+ * hash map in LRU order (the connection audit's table of audits; the audit's
+ * own producer table is in audit.c) and the memory of evictions.
  *
  * None of these lock: the audit (audit.c) and the connection audit
  * (conn_audit.c) hold a shard's lock, when they have one, around every use.
@@ -26,47 +27,72 @@ typedef struct acemq__window_shape {
 
 /* Invariant: for every s with top - depth < s <= top and s >= start, bit
  * (s & ring_mask) is set iff s was checked and not rolled back since the
- * window began. Bits of other positions are stale and never read. */
+ * window began. Bits of other positions are stale and never read.
+ *
+ * floor is the lowest of those sequences, max(start, top - (depth - 1))
+ * (0 when top < depth - 1), kept beside top so that the check path tells
+ * "inside or next" with one subtraction and one comparison
+ * (acemq__window_check_fast). Whatever moves top moves floor. */
 typedef struct acemq__window {
     uint64_t top;        /* highest sequence seen */
+    uint64_t floor;      /* lowest sequence inside the window: see above */
     uint64_t start;      /* lowest sequence the window could ever record */
     uint64_t readmitted; /* 1: began after the producer was evicted */
-    uint64_t bits[];
+    uint64_t *bits;      /* ring_bits bits, owned by whoever holds the window */
 } acemq__window;
 
 void acemq__window_shape_init(acemq__window_shape *sh, uint32_t depth);
-/* Bytes of one window. */
+/* Bytes of one window's ring (w->bits). */
 size_t acemq__window_size(const acemq__window_shape *sh);
-/* Starts a window at seq, seq recorded. A readmitted window starts exactly at
- * seq; a new one reaches depth - 1 below it, so early stragglers count. */
+/* Starts a window at seq, seq recorded; w->bits must point at its ring. A readmitted window starts
+ * exactly at seq; a new one reaches depth - 1 below it, so early stragglers count. */
 void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
                         int readmitted);
 /* Records seq: ACEMQ_AUDIT_NEW, _DUPLICATE, or _UNKNOWN with *cause set. */
 int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq, int *cause);
 
-/* acemq__window_check for the check path, inline: the two common cases (the
- * next sequence, and one inside the window) cost no call; everything else
- * (a jump ahead, a sequence behind the window or before its start) goes to
- * acemq__window_check, which answers exactly as it always did. */
+/* acemq__window_check for the check path, inline: 1 with *result set when
+ * seq is one of the two common cases, the next sequence or one inside the
+ * window; 0, with nothing changed, for everything else (a jump ahead, a
+ * sequence behind the window or before its start), which the caller hands
+ * to acemq__window_check, which answers exactly as it always did.
+ *
+ * The two cases share one branch that is almost never taken and are then
+ * told apart without a branch: on an interleaved stream with redeliveries
+ * "next or inside?" is a coin the predictor loses about one time in twenty,
+ * at some fifteen cycles each. Every field is read before the one store to
+ * the ring: the ring is uint64_t, like the fields, so a store to it before
+ * would make the compiler read them all again.
+ *
+ * Measured from floor, the window is 0..span (span = top - floor, below
+ * depth, so span + 1 never wraps) and the next sequence is span + 1. A seq
+ * below floor wraps to a large rel and fails. So would seq = 0 after top =
+ * 2^64 - 1, but modulo 2^64 it is exactly span + 1: the next sequence is
+ * therefore taken only when seq != 0 (a real next sequence is above top,
+ * so never 0). */
 static inline int acemq__window_check_fast(acemq__window *w, const acemq__window_shape *sh,
-                                           uint64_t seq, int *cause)
+                                           uint64_t seq, int *result)
 {
+    uint64_t top = w->top, floor = w->floor;
+    uint64_t rel = seq - floor, span = top - floor;
+    if (__builtin_expect(rel > span + (seq != 0), 0)) return 0;
+    unsigned inside = rel <= span;
     uint64_t pos = seq & sh->ring_mask;
-    uint64_t bit = (uint64_t)1 << (pos & 63);
     uint64_t *word = &w->bits[pos >> 6];
-    if (seq > w->top) {
-        /* seq - top == 1 (no wrap: seq > top): the window slides by one, and
-         * clearing seq's stale bit then setting it is just setting it. */
-        if (seq - w->top != 1) return acemq__window_check(w, sh, seq, cause);
-        w->top = seq;
-        *word |= bit;
-        return ACEMQ_AUDIT_NEW;
-    }
-    if (seq < w->start || w->top - seq >= sh->depth) return acemq__window_check(w, sh, seq, cause);
-    int was = (*word & bit) != 0;
-    *word |= bit;
-    return was ? ACEMQ_AUDIT_DUPLICATE : ACEMQ_AUDIT_NEW;
+    uint64_t old = *word;
+    /* The next sequence's position holds a stale bit from ring_bits ago:
+     * setting it is all the slide needs, and its old value means nothing.
+     * Sliding by one, floor follows once the window spans depth sequences,
+     * and stays at start until then. */
+    *result = (int)((old >> (pos & 63)) & 1) & (int)inside;
+    /* rel == depth only for the next sequence of a window already spanning
+     * depth sequences (inside, rel <= span < depth). */
+    w->floor = floor + (rel == sh->depth);
+    w->top = inside ? top : seq;
+    *word = old | (uint64_t)1 << (pos & 63);
+    return 1;
 }
+
 /* Clears seq's bit: 1 when it was set, 0 otherwise. */
 int acemq__window_clear(acemq__window *w, const acemq__window_shape *sh, uint64_t seq);
 
@@ -160,7 +186,7 @@ static inline void acemq__lru_touch(acemq__lru *l, acemq__lru_entry *e)
 }
 
 /* acemq__lru_find for the check path, inline. The most recent entry is
- * tried first: a run of ids from one producer, common in real streams, then
+ * tried first: a run of checks on one audit, common in real streams, then
  * costs no bucket walk and no relinking. */
 static inline acemq__lru_entry *acemq__lru_find_fast(acemq__lru *l, uint64_t hash, const void *key,
                                                      size_t len)

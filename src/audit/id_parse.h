@@ -4,7 +4,8 @@
  * The common id ends in a sequence of at most seven digits. On little-endian
  * machines its last eight bytes are read as one word: one pass of bit
  * arithmetic finds the ':' and converts the digits, without a loop whose trip
- * count the branch predictor would have to guess per id. Every other id (and
+ * count the branch predictor would have to guess per id
+ * (acemq__audit_split_fast). Every other id (and
  * every malformed one) takes the byte loop, which also words the errors.
  */
 #ifndef ACEMQ_AUDIT_ID_PARSE_H
@@ -61,6 +62,41 @@ static inline int acemq__audit_split_slow(const char *id, size_t id_len, acemq_a
     return 0;
 }
 
+#ifdef ACEMQ__AUDIT_SWAR
+/* The common id, whose last eight bytes are ':' and one to seven digits
+ * after at least one producer byte: 1 with *producer_len and *sequence set;
+ * 0 for every other id, which the byte loop then takes (and words the
+ * errors of). One pass over one word, no loop: x = w ^ '0' turns a digit
+ * into its value 0..9; a byte is no digit when x + 0x76 reaches its top
+ * bit (x >= 10) or x has that bit already. A byte of x >= 0x8a also carries
+ * into the byte above, which can only flag that byte falsely, never hide a
+ * flag: the highest flag is then on a digit, not the ':' required, and the
+ * id goes to the byte loop. The highest flagged byte must be the ':'; the
+ * digits above it, the rest shifted out, are summed in three
+ * multiplications (eight digits, leading zeros). */
+static inline int acemq__audit_split_fast(const char *id, size_t id_len, size_t *producer_len,
+                                          uint64_t *sequence)
+{
+    if (!id || id_len <= 8 || id_len > ACEMQ_AUDIT_ID_MAX) return 0;
+    uint64_t w;
+    memcpy(&w, id + id_len - 8, 8);
+    uint64_t x = w ^ 0x3030303030303030u;
+    uint64_t nd = ((x + 0x7676767676767676u) | x) & 0x8080808080808080u;
+    if (nd == 0) return 0;
+    unsigned pos = (unsigned)(63 - __builtin_clzll(nd)) >> 3; /* last non-digit */
+    if (pos >= 7 || ((w >> (8 * pos)) & 0xFF) != ':') return 0;
+    unsigned shift = 8 * pos + 8; /* at most 56 */
+    uint64_t v = (x >> shift) << shift;
+    v = v * 10 + (v >> 8);
+    v = ((v & 0x000000FF000000FFu) * (100 + (1000000ull << 32)) +
+         ((v >> 16) & 0x000000FF000000FFu) * (1 + (10000ull << 32))) >>
+        32;
+    *producer_len = id_len - 8 + pos;
+    *sequence = (uint32_t)v;
+    return 1;
+}
+#endif
+
 /* 0 with *out filled, or ACEMQ_EINVAL with out->error set; out->producer is
  * NULL on error. */
 static inline int acemq__audit_split(const char *id, size_t id_len, acemq_audit_id *out)
@@ -70,35 +106,9 @@ static inline int acemq__audit_split(const char *id, size_t id_len, acemq_audit_
     out->sequence = 0;
     out->error = NULL;
 #ifdef ACEMQ__AUDIT_SWAR
-    /* At least one producer byte before the last eight. */
-    if (id && id_len > 8 && id_len <= ACEMQ_AUDIT_ID_MAX) {
-        uint64_t w;
-        memcpy(&w, id + id_len - 8, 8);
-        /* A byte is a digit when its high nibble is 3 and its low nibble
-         * plus 6 does not reach 16; neither sum carries between bytes. */
-        uint64_t nd = ((w & 0xF0F0F0F0F0F0F0F0u) ^ 0x3030303030303030u) |
-                      (((w & 0x0F0F0F0F0F0F0F0Fu) + 0x0606060606060606u) & 0x1010101010101010u);
-        nd |= nd >> 4;
-        nd |= nd >> 2;
-        nd |= nd >> 1;
-        nd &= 0x0101010101010101u; /* bit 0 of each byte: not a digit */
-        if (nd != 0) {
-            unsigned pos = (unsigned)(63 - __builtin_clzll(nd)) >> 3; /* last non-digit */
-            if (pos < 7 && ((w >> (8 * pos)) & 0xFF) == ':') {
-                /* The ':' and what precedes it become leading zeros, then the
-                 * eight digits are summed in three multiplications. */
-                uint64_t low = ((uint64_t)1 << (8 * (pos + 1))) - 1;
-                uint64_t v = ((w & ~low) | (0x3030303030303030u & low)) - 0x3030303030303030u;
-                v = v * 10 + (v >> 8);
-                v = ((v & 0x000000FF000000FFu) * (100 + (1000000ull << 32)) +
-                     ((v >> 16) & 0x000000FF000000FFu) * (1 + (10000ull << 32))) >>
-                    32;
-                out->producer = id;
-                out->producer_len = id_len - 8 + pos;
-                out->sequence = (uint32_t)v;
-                return 0;
-            }
-        }
+    if (acemq__audit_split_fast(id, id_len, &out->producer_len, &out->sequence)) {
+        out->producer = id;
+        return 0;
     }
 #endif
     return acemq__audit_split_slow(id, id_len, out);

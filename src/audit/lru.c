@@ -1,6 +1,6 @@
 /* lru.c — a map from byte-string keys to fixed-size payloads, kept in least
- * recently used order: the producer table of an audit, the audit table of a
- * connection audit.
+ * recently used order: the audit table of a connection audit. (An audit's
+ * producer table, whose lookup is the check path, is its own, in audit.c.)
  *
  * Chained buckets (so removal is a pointer swap) and an intrusive recency
  * list. Header, key and payload share one allocation, so a hit reads one

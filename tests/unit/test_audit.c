@@ -354,40 +354,59 @@ static int model_rollback(model *m, uint64_t seq)
     return was;
 }
 
+/* A check by split producer or, every other time, by text id. */
+static int check_either(acemq_audit *a, const char *producer, uint64_t seq, int text, int *cause)
+{
+    if (!text) return check(a, producer, seq, cause);
+    char id[128];
+    snprintf(id, sizeof id, "%s:%llu", producer, (unsigned long long)seq);
+    return check_id(a, id, cause);
+}
+
 /* Random walks with jumps, stragglers and rollbacks, at depths on and off
- * the ring's powers of two, must answer exactly as the model does. */
+ * the ring's powers of two, must answer exactly as the model does: for
+ * producers of every length class the check path tells apart (up to 8
+ * bytes, 9-16, 17-32 with its straight-line path, longer), by split
+ * producer and by text id, from sequence 5000 and from 0 (a window that
+ * first grows from its start). */
 static void run_against_model(unsigned flags)
 {
     const uint32_t depths[] = {1, 2, 63, 64, 65, 100, 127, 129, 1000, 2048};
-    enum { RANGE = 4000000, STEPS = 60000 };
+    const char *producers[] = {"p", "ID:host-1:1:1", "ID:host-7-1700000000000-1:1:1:1",
+                               "ID:broker.example.com-40373-1700000000000-1:1:1:1"};
+    enum { RANGE = 4000000, STEPS = 30000 };
     unsigned char *seen = malloc(RANGE);
     assert_non_null(seen);
     srand(42);
-    for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++) {
+    for (size_t d = 0; d < sizeof depths / sizeof depths[0] * 8; d++) {
+        uint32_t depth = depths[d % (sizeof depths / sizeof depths[0])];
+        size_t variant = d / (sizeof depths / sizeof depths[0]);
+        const char *p = producers[variant % 4];
         memset(seen, 0, RANGE);
-        model m = {seen, 0, 0, depths[d], 0};
-        acemq_audit *a = make(depths[d], 64, ACEMQ_AUDIT_FAIL_CLOSED, flags);
-        uint64_t cur = 5000;
+        model m = {seen, 0, 0, depth, 0};
+        acemq_audit *a = make(depth, 64, ACEMQ_AUDIT_FAIL_CLOSED, flags);
+        uint64_t cur = variant < 4 ? 5000 : 0;
         for (int i = 0; i < STEPS && cur < RANGE - 20000; i++) {
             int r = rand() % 100;
             uint64_t seq;
             if (r < 50)
                 seq = ++cur;
             else if (r < 55)
-                seq = cur += (uint64_t)(rand() % (int)(3 * depths[d] + 2));
+                seq = cur += (uint64_t)(rand() % (int)(3 * depth + 2));
             else if (r < 90)
-                seq = cur - (uint64_t)(rand() % (int)(depths[d] + 3) % (cur + 1));
+                seq = cur - (uint64_t)(rand() % (int)(depth + 3) % (cur + 1));
             else
                 seq = cur - (uint64_t)(rand() % 5000) % (cur + 1);
             if (r % 13 == 0) {
-                assert_int_equal(acemq_audit_rollback_seq(a, "p", 1, seq), model_rollback(&m, seq));
+                assert_int_equal(acemq_audit_rollback_seq(a, p, strlen(p), seq),
+                                 model_rollback(&m, seq));
                 continue;
             }
             int want_cause, got_cause;
             int want = model_check(&m, seq, &want_cause);
-            int got = check(a, "p", seq, &got_cause);
+            int got = check_either(a, p, seq, i & 1, &got_cause);
             if (got != want || got_cause != want_cause)
-                fail_msg("depth %u step %d seq %llu: got %s/%s, want %s/%s", depths[d], i,
+                fail_msg("%s depth %u step %d seq %llu: got %s/%s, want %s/%s", p, depth, i,
                          (unsigned long long)seq, acemq_audit_result_name(got),
                          acemq_audit_cause_name(got_cause), acemq_audit_result_name(want),
                          acemq_audit_cause_name(want_cause));
@@ -430,6 +449,117 @@ static void rollback_lets_a_sequence_pass_again(void **state)
     assert_int_equal(check_id(a, "p:10000", NULL), ACEMQ_AUDIT_NEW);
     assert_int_equal(acemq_audit_rollback_seq(a, NULL, 1, 1), ACEMQ_EINVAL);
     assert_true(stats(a).rollbacks == 2);
+    acemq_audit_free(a);
+}
+
+/* The producer LRU is exact: checked against a plain recency list, with
+ * producers of every length class drawn at random from a pool larger than
+ * max_producers, checks and rollbacks both counting as uses, and every
+ * evicted producer coming back UNKNOWN (EVICTED), unless the memory of
+ * evictions forgot it (direct-mapped by hash, so two evicted producers can
+ * share a slot): such a NEW is allowed only as often as `forgotten` counts.
+ * A wrong victim would show as a held producer answering UNKNOWN. Capacities
+ * on both sides of the switch from stamps to a linked list (docs/audit.md). */
+static void lru_matches_model(void **state)
+{
+    (void)state;
+    const uint32_t caps[] = {1, 3, 64, 256, 257, 400};
+    enum { POOL_MAX = 602, STEPS = 20000 };
+    static char names[POOL_MAX][64];
+    static int order[POOL_MAX]; /* the model: producers held, most recent first */
+    static int evicted[POOL_MAX], rolled[POOL_MAX];
+    static uint64_t seq[POOL_MAX];
+    srand(7);
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+        uint32_t cap = caps[c];
+        int pool = (int)(cap * 3 / 2 + 2), held = 0;
+        uint64_t evictions = 0, lenient = 0;
+        for (int k = 0; k < pool; k++) {
+            snprintf(names[k], sizeof names[k], "ID:%.*s-%d", k % 45,
+                     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", k);
+            evicted[k] = rolled[k] = 0;
+            seq[k] = 0;
+        }
+        acemq_audit_options o;
+        acemq_audit_options_init(&o);
+        o.max_producers = cap;
+        o.policy = ACEMQ_AUDIT_FAIL_CLOSED;
+        o.max_evicted = 1u << 20;
+        acemq_audit *a = NULL;
+        assert_int_equal(acemq_audit_new(&a, &o), 0);
+        for (int i = 0; i < STEPS; i++) {
+            int k = rand() % pool, at = -1;
+            for (int j = 0; j < held; j++)
+                if (order[j] == k) at = j;
+            if (at >= 0) { /* a use: to the front */
+                memmove(order + 1, order, (size_t)at * sizeof order[0]);
+                order[0] = k;
+            }
+            if (rand() % 8 == 0) {
+                int want = at >= 0 && seq[k] > 0 && !rolled[k];
+                if (at >= 0 && seq[k] > 0) rolled[k] = 1;
+                assert_int_equal(acemq_audit_rollback_seq(a, names[k], strlen(names[k]), seq[k]),
+                                 want);
+                continue;
+            }
+            int want = ACEMQ_AUDIT_NEW, want_cause = ACEMQ_AUDIT_CAUSE_NONE, cause;
+            if (at < 0) {
+                if (evicted[k]) {
+                    want = ACEMQ_AUDIT_UNKNOWN;
+                    want_cause = ACEMQ_AUDIT_EVICTED;
+                }
+                if ((uint32_t)held == cap) { /* the least recent goes */
+                    evicted[order[--held]] = 1;
+                    evictions++;
+                }
+                memmove(order + 1, order, (size_t)held * sizeof order[0]);
+                order[0] = k;
+                held++;
+                evicted[k] = 0;
+            }
+            rolled[k] = 0;
+            int got = check_either(a, names[k], ++seq[k], i & 1, &cause);
+            if (got == ACEMQ_AUDIT_NEW && want == ACEMQ_AUDIT_UNKNOWN &&
+                lenient < stats(a).forgotten) {
+                lenient++;
+                continue;
+            }
+            if (got != want || cause != want_cause)
+                fail_msg("max_producers %u step %d %s:%llu: got %s/%s, want %s/%s", cap, i,
+                         names[k], (unsigned long long)seq[k], acemq_audit_result_name(got),
+                         acemq_audit_cause_name(cause), acemq_audit_result_name(want),
+                         acemq_audit_cause_name(want_cause));
+        }
+        acemq_audit_stats st = stats(a);
+        assert_true(lenient <= st.forgotten && st.forgotten < evictions / 8 + 2);
+        assert_true(st.evictions == evictions);
+        assert_true(st.producers == (uint64_t)held);
+        acemq_audit_free(a);
+    }
+}
+
+/* Thread-safe, a shard may hold more than its share of producers (its
+ * table grows) and every one of them is still found. */
+static void shard_tables_grow(void **state)
+{
+    (void)state;
+    acemq_audit_options o;
+    acemq_audit_options_init(&o);
+    o.max_producers = 64;
+    o.shards = 16;
+    o.flags = ACEMQ_AUDIT_THREAD_SAFE;
+    o.policy = ACEMQ_AUDIT_FAIL_CLOSED;
+    acemq_audit *a = NULL;
+    assert_int_equal(acemq_audit_new(&a, &o), 0);
+    char name[64];
+    for (int round = 0; round < 3; round++)
+        for (int k = 0; k < 64; k++) {
+            snprintf(name, sizeof name, "ID:host-%d-1700000000000-1:1:1:1", k);
+            assert_int_equal(check(a, name, 1, NULL),
+                             round == 0 ? ACEMQ_AUDIT_NEW : ACEMQ_AUDIT_DUPLICATE);
+        }
+    acemq_audit_stats st = stats(a);
+    assert_true(st.producers == 64 && st.evictions == 0 && st.checks == 192);
     acemq_audit_free(a);
 }
 
@@ -777,6 +907,8 @@ int main(void)
         cmocka_unit_test(eviction_fail_closed),
         cmocka_unit_test(eviction_fail_open),
         cmocka_unit_test(sharded_eviction),
+        cmocka_unit_test(lru_matches_model),
+        cmocka_unit_test(shard_tables_grow),
         cmocka_unit_test(forgotten_evictions_are_counted),
         cmocka_unit_test(sequences_near_2_64),
         cmocka_unit_test(names),

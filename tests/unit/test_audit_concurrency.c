@@ -76,15 +76,14 @@ static void run_threads(void)
     assert_int_equal(atomic_load(&duplicates), (THREADS - 1) * TOTAL);
 }
 
-static void exactly_once_new_per_id(void **state)
+static void exactly_once_new(uint32_t shards)
 {
-    (void)state;
     acemq_audit_options o;
     acemq_audit_options_init(&o);
     o.depth = 4096;
     o.policy = ACEMQ_AUDIT_FAIL_CLOSED;
     o.flags = ACEMQ_AUDIT_THREAD_SAFE;
-    o.shards = 8;
+    o.shards = shards;
     assert_int_equal(acemq_audit_new(&audit, &o), 0);
     run_threads();
     acemq_audit_stats s;
@@ -96,6 +95,20 @@ static void exactly_once_new_per_id(void **state)
     assert_true(s.producers == PRODUCERS);
     acemq_audit_free(audit);
     audit = NULL;
+}
+
+static void exactly_once_new_per_id(void **state)
+{
+    (void)state;
+    exactly_once_new(8);
+}
+
+/* One shard: every check of every thread takes the same lock, so threads
+ * wait for it and are woken (the futex lock's slow path on Linux). */
+static void exactly_once_new_one_lock(void **state)
+{
+    (void)state;
+    exactly_once_new(1);
 }
 
 /* The consumers of one queue share its audit across threads. */
@@ -122,6 +135,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(exactly_once_new_per_id),
+        cmocka_unit_test(exactly_once_new_one_lock),
         cmocka_unit_test(exactly_once_new_per_queue),
     };
     return cmocka_run_group_tests_name("audit concurrency", tests, NULL, NULL);
