@@ -40,7 +40,7 @@ static long index_of(const char *id)
 
 static void *claimer(void *arg)
 {
-    int me = (int)(intptr_t)arg + 1;
+    int me = *(const int *)arg;
     acemq_outbox *h = NULL;
     int rc = acemq_outbox_open(&h, fx.url, &fx.opts);
     if (rc != 0) die("open", NULL, rc);
@@ -114,8 +114,11 @@ int main(int argc, char **argv)
     outbox_sql(&fx, NULL, sql);
 
     pthread_t t[CLAIMERS];
-    for (int i = 0; i < CLAIMERS; i++)
-        if (pthread_create(&t[i], NULL, claimer, (void *)(intptr_t)i) != 0) return 1;
+    static int who[CLAIMERS];
+    for (int i = 0; i < CLAIMERS; i++) {
+        who[i] = i + 1;
+        if (pthread_create(&t[i], NULL, claimer, &who[i]) != 0) return 1;
+    }
     for (int i = 0; i < CLAIMERS; i++)
         pthread_join(t[i], NULL);
 
@@ -135,7 +138,7 @@ int main(int argc, char **argv)
            "held by two at once %ld; left pending %llu\n",
            pg ? "postgres" : "sqlite", records, CLAIMERS, once, never, twice,
            (long)atomic_load(&violations),
-           (unsigned long long)(pend.unclaimed + pend.claimed + pend.dead));
+           (unsigned long long)pend.unclaimed + pend.claimed + pend.dead);
     int ok = once == records && atomic_load(&violations) == 0 &&
              pend.unclaimed + pend.claimed + pend.dead == 0;
     outbox_fixture_free(&fx);
