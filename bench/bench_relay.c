@@ -199,39 +199,13 @@ static void refill(int pg, sqlite3 *db, PGconn *conn, long n)
     exec_sql(pg, db, conn, pg ? "VACUUM ANALYZE acemq_outbox" : "PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
-static double run_relay(const config *cfg, const char *outbox_url, long n)
-{
-    acemq_outbox *ob = NULL;
-    acemq_broker *b = NULL;
-    acemq_relay *r = NULL;
-    if (acemq_outbox_open(&ob, outbox_url, NULL) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
-    acemq_broker_options bo;
-    acemq_broker_options_init(&bo);
-    bo.window = cfg->window;
-    if (acemq_broker_open(&b, cfg->amqp_url, &bo) != 0)
-        die("broker: %s", acemq_broker_errmsg(NULL));
-    acemq_relay_options ro;
-    acemq_relay_options_init(&ro);
-    ro.batch = (size_t)cfg->batch;
-    if (acemq_relay_new(&r, ob, b, &ro) != 0) die("relay_new failed");
-    double t0 = mono_now();
-    for (;;) {
-        size_t got = 0;
-        if (acemq_relay_step(r, &got) != 0) die("relay: %s", acemq_relay_errmsg(r));
-        if (got == 0) break;
-    }
-    double elapsed = mono_now() - t0;
-    acemq_relay_stats s;
-    acemq_relay_stats_get(r, &s);
-    if ((long)s.published != n)
-        die("relay published %llu of %ld", (unsigned long long)s.published, n);
-    acemq_relay_free(r);
-    acemq_broker_close(b);
-    acemq_outbox_close(ob);
-    return (double)n / elapsed;
-}
-
 /* ------------------------------------------------------------ latency */
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
 
 typedef struct relay_thread {
     acemq_relay *r;
@@ -245,10 +219,50 @@ static void *relay_main(void *arg)
     return NULL;
 }
 
-static int cmp_long(const void *a, const void *b)
+/* The relay as `acemq relay` runs it: run() on a thread, marks written by a
+ * second handle on a marker thread while the next batch goes out; timed
+ * from the start until the last record is marked published. */
+static double run_relay(const config *cfg, const char *outbox_url, long n)
 {
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x > y) - (x < y);
+    acemq_outbox *ob = NULL, *mark_ob = NULL;
+    acemq_broker *b = NULL;
+    if (acemq_outbox_open(&ob, outbox_url, NULL) != 0 ||
+        acemq_outbox_open(&mark_ob, outbox_url, NULL) != 0)
+        die("outbox: %s", acemq_outbox_errmsg(NULL));
+    acemq_broker_options bo;
+    acemq_broker_options_init(&bo);
+    bo.window = cfg->window;
+    if (acemq_broker_open(&b, cfg->amqp_url, &bo) != 0)
+        die("broker: %s", acemq_broker_errmsg(NULL));
+    acemq_relay_options ro;
+    acemq_relay_options_init(&ro);
+    ro.batch = (size_t)cfg->batch;
+    ro.poll_ms = 5;
+    ro.mark_outbox = mark_ob;
+    relay_thread t = {.stop = 0};
+    if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new failed");
+    double t0 = mono_now();
+    pthread_t th;
+    if (pthread_create(&th, NULL, relay_main, &t) != 0) die("pthread_create failed");
+    acemq_relay_stats s;
+    for (;;) {
+        acemq_relay_stats_get(t.r, &s);
+        if ((long)s.published >= n || s.failed || s.unknown) break;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    double elapsed = mono_now() - t0;
+    acemq_relay_stop(t.r);
+    pthread_join(th, NULL);
+    if ((long)s.published != n)
+        die("relay published %llu of %ld (failed %llu, unknown %llu)",
+            (unsigned long long)s.published, n, (unsigned long long)s.failed,
+            (unsigned long long)s.unknown);
+    acemq_relay_free(t.r);
+    acemq_broker_close(b);
+    acemq_outbox_close(mark_ob);
+    acemq_outbox_close(ob);
+    return (double)n / elapsed;
 }
 
 /* Writes `n` records at `rate` per second, each in its own committed
@@ -311,7 +325,7 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
         nanosleep(&ts, NULL);
     }
     acemq_outbox_close(watch);
-    t.stop = 1;
+    acemq_relay_stop(t.r);
     pthread_join(th, NULL);
     long *lat = malloc((size_t)n * sizeof *lat);
     if (!lat) die("out of memory");

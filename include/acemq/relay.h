@@ -30,6 +30,10 @@ typedef struct acemq_relay_options {
     int poll_ms;      /* how long to wait for new records before looking again; default 1,000 */
     FILE *log;        /* logfmt lines, one per event; NULL: none */
     int verbose;      /* 1: a line per batch too */
+    /* A second handle on the same outbox, or NULL. Given one, run() marks
+     * each batch on a thread of its own while the next batch is claimed and
+     * published (the relay owns neither handle). step() always marks inline. */
+    acemq_outbox *mark_outbox;
 } acemq_relay_options;
 
 ACEMQ_EXTERN void acemq_relay_options_init(acemq_relay_options *o);
@@ -63,6 +67,10 @@ ACEMQ_EXTERN int acemq_relay_step(acemq_relay *r, size_t *claimed);
  * then finishes (its confirms awaited, its records marked) and run returns 0.
  * A failing outbox is retried after poll_ms; a failing broker backs off. */
 ACEMQ_EXTERN int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop);
+
+/* Asks run() to stop as *stop does, from any thread (a signal handler sets
+ * *stop; another thread calls this). */
+ACEMQ_EXTERN void acemq_relay_stop(acemq_relay *r);
 
 /* A consistent copy of the counters; safe from any thread. */
 ACEMQ_EXTERN void acemq_relay_stats_get(acemq_relay *r, acemq_relay_stats *out);

@@ -96,9 +96,9 @@ static int store(shared_broker *s, const acemq_broker_msg *m)
     }
     acemq__stored_msg *d = &s->msgs[s->n++];
     memset(d, 0, sizeof *d);
-    strncpy(d->message_id, m->message_id, sizeof d->message_id - 1);
-    strncpy(d->exchange, m->exchange, sizeof d->exchange - 1);
-    strncpy(d->routing_key, m->routing_key, sizeof d->routing_key - 1);
+    snprintf(d->message_id, sizeof d->message_id, "%s", m->message_id);
+    snprintf(d->exchange, sizeof d->exchange, "%s", m->exchange);
+    snprintf(d->routing_key, sizeof d->routing_key, "%s", m->routing_key);
     d->attempts = m->attempts;
     d->body_len = m->body_len;
     return 0;
@@ -203,8 +203,7 @@ void acemq__memory_broker_unroutable(acemq_broker *b, const char *exchange)
     char(*u)[256] = realloc(s->unroutable, (s->n_unroutable + 1) * sizeof *u);
     if (u) {
         s->unroutable = u;
-        memset(u[s->n_unroutable], 0, sizeof u[0]);
-        strncpy(u[s->n_unroutable], exchange, sizeof u[0] - 1);
+        snprintf(u[s->n_unroutable], sizeof u[0], "%s", exchange);
         s->n_unroutable++;
     }
     pthread_mutex_unlock(&s->lock);

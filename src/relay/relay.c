@@ -7,13 +7,24 @@
  * that never came) is left alone; its lease runs out and it goes again.
  * Counters are guarded by a mutex because the metrics endpoint reads them
  * from its own thread.
+ *
+ * With a second outbox handle (opts.mark_outbox), run() writes the marks on
+ * a marker thread: batch k is marked while batch k+1 is claimed and
+ * published. Two jobs alternate; the main thread refills a job only once the
+ * marker is done with it, so at most one batch waits to be marked and
+ * memory stays bounded. Marking late changes nothing about safety: the
+ * records of a batch stay leased until they are marked, so no other claim
+ * takes them meanwhile, and an ordering key's next record waits for its
+ * predecessor's mark as before.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "acemq/relay.h"
+#include "relay/mark_job.h"
 
 const double acemq_relay_latency_bounds_ms[ACEMQ_RELAY_LATENCY_BUCKETS - 1] = {
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000};
@@ -24,8 +35,8 @@ struct acemq_relay {
     acemq_relay_options opts;
     acemq_broker_msg *msgs;
     acemq_publish_result *results;
-    acemq_outbox_mark *marks;
-    int *status;
+    acemq__mark_job jobs[2];   /* step() uses jobs[0]; run() with a marker both */
+    atomic_int stop_requested; /* acemq_relay_stop, from any thread */
     pthread_mutex_t lock;
     acemq_relay_stats stats;
     char errmsg[512];
@@ -68,6 +79,8 @@ static void log_event(acemq_relay *r, const char *event, const char *k1, const c
 {
     FILE *f = r->opts.log;
     if (!f) return;
+    /* The marker thread logs too: one line is written under the stream's lock. */
+    flockfile(f);
     time_t now = time(NULL);
     struct tm tm;
     char ts[32];
@@ -84,6 +97,7 @@ static void log_event(acemq_relay *r, const char *event, const char *k1, const c
     }
     fputc('\n', f);
     fflush(f);
+    funlockfile(f);
 }
 
 int acemq_relay_new(acemq_relay **out, acemq_outbox *ob, acemq_broker *b,
@@ -107,14 +121,9 @@ int acemq_relay_new(acemq_relay **out, acemq_outbox *ob, acemq_broker *b,
     size_t n = r->opts.batch;
     r->msgs = calloc(n, sizeof *r->msgs);
     r->results = calloc(n, sizeof *r->results);
-    r->marks = calloc(n, sizeof *r->marks);
-    r->status = calloc(n, sizeof *r->status);
-    if (!r->msgs || !r->results || !r->marks || !r->status ||
-        pthread_mutex_init(&r->lock, NULL) != 0) {
+    if (!r->msgs || !r->results || pthread_mutex_init(&r->lock, NULL) != 0) {
         free(r->msgs);
         free(r->results);
-        free(r->marks);
-        free(r->status);
         free(r);
         return ACEMQ_ENOMEM;
     }
@@ -128,8 +137,8 @@ void acemq_relay_free(acemq_relay *r)
     pthread_mutex_destroy(&r->lock);
     free(r->msgs);
     free(r->results);
-    free(r->marks);
-    free(r->status);
+    acemq__mark_job_free(&r->jobs[0]);
+    acemq__mark_job_free(&r->jobs[1]);
     free(r);
 }
 
@@ -145,9 +154,12 @@ void acemq_relay_stats_get(acemq_relay *r, acemq_relay_stats *out)
     pthread_mutex_unlock(&r->lock);
 }
 
+/* The marker thread fails too, so the text is written under the lock. */
 static int fail(acemq_relay *r, int code, const char *what, const char *why)
 {
+    pthread_mutex_lock(&r->lock);
     snprintf(r->errmsg, sizeof r->errmsg, "%s: %s", what, why);
+    pthread_mutex_unlock(&r->lock);
     log_event(r, "error", "where", what, "error", why);
     return code;
 }
@@ -161,34 +173,86 @@ static void count_latency(acemq_relay_stats *s, double ms, uint64_t n)
     s->latency_sum_ms += ms * (double)n;
 }
 
-/* Marks what failed with its reason; counts what it could mark. */
-static int mark_failures(acemq_relay *r, const acemq_outbox_msg *m, size_t n, uint64_t *failed)
+/* Writes a published batch's outcomes back through ob: confirmed records
+ * published, nacked and returned ones failed with their reason; counts them. */
+static int settle(acemq_relay *r, acemq_outbox *ob, acemq__mark_job *j)
 {
-    for (size_t i = 0; i < n; i++) {
-        int outcome = r->results[i].outcome;
+    uint64_t confirmed = 0, failed = 0, returned = 0, nacked = 0, unknown = 0;
+    size_t nm = 0;
+    for (size_t i = 0; i < j->n; i++) {
+        switch (j->outcome[i]) {
+        case ACEMQ_PUBLISH_CONFIRMED:
+            j->marks[nm].id = acemq__mark_job_id(j, i);
+            j->marks[nm].token = j->token[i];
+            nm++;
+            break;
+        case ACEMQ_PUBLISH_RETURNED:
+            returned++;
+            break;
+        case ACEMQ_PUBLISH_NACKED:
+            nacked++;
+            break;
+        default:
+            unknown++;
+            break;
+        }
+    }
+    int rc = acemq_outbox_mark_published_batch(ob, j->marks, nm, j->status);
+    if (rc != 0) return fail(r, rc, "mark_published", acemq_outbox_errmsg(ob));
+    for (size_t i = 0; i < nm; i++)
+        confirmed += j->status[i] == 0;
+    for (size_t i = 0; rc == 0 && i < j->n; i++) {
+        int outcome = j->outcome[i];
         if (outcome != ACEMQ_PUBLISH_NACKED && outcome != ACEMQ_PUBLISH_RETURNED) continue;
         char reason[ACEMQ_OUTBOX_ERROR_MAX + 1];
+        const char *why = acemq__mark_job_reason(j, i);
         snprintf(reason, sizeof reason, "%s: %s",
-                 outcome == ACEMQ_PUBLISH_NACKED ? "nacked" : "returned",
-                 r->results[i].reason ? r->results[i].reason : "");
-        int rc = acemq_outbox_mark_failed(r->ob, m[i].id, m[i].token, reason);
-        if (rc == ACEMQ_ESTALE || rc == ACEMQ_ENOENT) continue; /* taken over meanwhile */
-        if (rc != 0) return fail(r, rc, "mark_failed", acemq_outbox_errmsg(r->ob));
-        log_event(r, "publish_failed", "id", m[i].id, "reason", reason);
-        (*failed)++;
+                 outcome == ACEMQ_PUBLISH_NACKED ? "nacked" : "returned", why ? why : "");
+        const char *id = acemq__mark_job_id(j, i);
+        int x = acemq_outbox_mark_failed(ob, id, j->token[i], reason);
+        if (x == ACEMQ_ESTALE || x == ACEMQ_ENOENT) continue; /* taken over meanwhile */
+        if (x != 0) {
+            rc = fail(r, x, "mark_failed", acemq_outbox_errmsg(ob));
+            break;
+        }
+        log_event(r, "publish_failed", "id", id, "reason", reason);
+        failed++;
     }
-    return 0;
+    if (unknown) {
+        char count[32];
+        snprintf(count, sizeof count, "%llu", (unsigned long long)unknown);
+        log_event(r, "outcome_unknown", "records", count, "note",
+                  "not marked; published again when the lease runs out");
+    }
+    if (r->opts.verbose) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%zu", j->n);
+        snprintf(b, sizeof b, "%llu", (unsigned long long)confirmed);
+        log_event(r, "batch", "claimed", a, "published", b);
+    }
+    pthread_mutex_lock(&r->lock);
+    r->stats.published += confirmed;
+    r->stats.failed += failed;
+    r->stats.returned += returned;
+    r->stats.nacked += nacked;
+    r->stats.unknown += unknown;
+    r->stats.batches++;
+    if (confirmed) count_latency(&r->stats, j->latency_ms, confirmed);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
 }
 
-int acemq_relay_step(acemq_relay *r, size_t *claimed)
+/* Claims a batch and publishes it; fills j with the outcomes. *claimed gets
+ * the batch's size; 0 with nothing claimed is not an error. */
+static int claim_and_publish(acemq_relay *r, acemq__mark_job *j, size_t *claimed)
 {
-    if (!r) return ACEMQ_EINVAL;
-    if (claimed) *claimed = 0;
+    *claimed = 0;
+    j->n = 0;
     const acemq_outbox_msg *m;
     size_t n;
     int rc = acemq_outbox_claim_batch(r->ob, r->opts.batch, r->opts.lease_ms, &m, &n);
     if (rc != 0) return fail(r, rc, "claim_batch", acemq_outbox_errmsg(r->ob));
-    if (claimed) *claimed = n;
+    *claimed = n;
     if (n == 0) return 0;
     for (size_t i = 0; i < n; i++) {
         acemq_broker_msg *bm = &r->msgs[i];
@@ -204,68 +268,106 @@ int acemq_relay_step(acemq_relay *r, size_t *claimed)
     double t0 = mono_ms();
     int prc = acemq_broker_publish(r->b, r->msgs, n, r->results);
     double latency = mono_ms() - t0;
-    uint64_t confirmed = 0, failed = 0, returned = 0, nacked = 0, unknown = 0, released = 0;
     if (prc != 0) {
         /* Nothing was sent: give the records back so they go as soon as the
          * broker is back, not a lease later. */
         const char *why = acemq_broker_errmsg(r->b);
         log_event(r, "broker_unavailable", "error", why, NULL, NULL);
-        snprintf(r->errmsg, sizeof r->errmsg, "publish: %s", why);
-        for (size_t i = 0; i < n; i++) {
-            int x = acemq_outbox_release(r->ob, m[i].id, m[i].token);
-            if (x == 0) released++;
-        }
+        uint64_t released = 0;
+        for (size_t i = 0; i < n; i++)
+            released += acemq_outbox_release(r->ob, m[i].id, m[i].token) == 0;
         pthread_mutex_lock(&r->lock);
+        snprintf(r->errmsg, sizeof r->errmsg, "publish: %s", why);
         r->stats.released += released;
         r->stats.batches++;
         pthread_mutex_unlock(&r->lock);
         return prc;
     }
-    size_t nm = 0;
-    for (size_t i = 0; i < n; i++) {
-        switch (r->results[i].outcome) {
-        case ACEMQ_PUBLISH_CONFIRMED:
-            r->marks[nm].id = m[i].id;
-            r->marks[nm].token = m[i].token;
-            nm++;
-            break;
-        case ACEMQ_PUBLISH_RETURNED:
-            returned++;
-            break;
-        case ACEMQ_PUBLISH_NACKED:
-            nacked++;
-            break;
-        default:
-            unknown++;
-            break;
+    rc = acemq__mark_job_fill(j, m, r->results, n, latency);
+    /* Out of memory copying the outcomes: nothing is marked, the leases hand
+     * the records out again. */
+    if (rc != 0) return fail(r, rc, "mark job", "out of memory");
+    return 0;
+}
+
+int acemq_relay_step(acemq_relay *r, size_t *claimed)
+{
+    if (!r) return ACEMQ_EINVAL;
+    size_t n = 0;
+    int rc = claim_and_publish(r, &r->jobs[0], &n);
+    if (claimed) *claimed = n;
+    if (rc != 0 || n == 0) return rc;
+    return settle(r, r->ob, &r->jobs[0]);
+}
+
+/* ------------------------------------------------------------ the marker */
+
+typedef struct marker {
+    acemq_relay *r;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int waiting; /* index of the job handed over and not yet taken; -1 none */
+    int busy[2]; /* job i is handed over or being marked */
+    int quit;
+} marker;
+
+static void *marker_main(void *arg)
+{
+    marker *k = arg;
+    for (;;) {
+        pthread_mutex_lock(&k->mu);
+        while (k->waiting < 0 && !k->quit)
+            pthread_cond_wait(&k->cv, &k->mu);
+        if (k->waiting < 0) { /* quit, and nothing left */
+            pthread_mutex_unlock(&k->mu);
+            return NULL;
         }
+        int i = k->waiting;
+        k->waiting = -1;
+        pthread_cond_broadcast(&k->cv); /* the slot is free again */
+        pthread_mutex_unlock(&k->mu);
+        /* An error is logged and counted by settle; the batch's records stay
+         * leased and go again, so the marker carries on. */
+        (void)settle(k->r, k->r->opts.mark_outbox, &k->r->jobs[i]);
+        pthread_mutex_lock(&k->mu);
+        k->busy[i] = 0;
+        pthread_cond_broadcast(&k->cv);
+        pthread_mutex_unlock(&k->mu);
     }
-    rc = acemq_outbox_mark_published_batch(r->ob, r->marks, nm, r->status);
-    if (rc != 0) return fail(r, rc, "mark_published", acemq_outbox_errmsg(r->ob));
-    for (size_t i = 0; i < nm; i++)
-        confirmed += r->status[i] == 0;
-    rc = mark_failures(r, m, n, &failed);
-    if (unknown) {
-        char count[32];
-        snprintf(count, sizeof count, "%llu", (unsigned long long)unknown);
-        log_event(r, "outcome_unknown", "records", count, "note",
-                  "not marked; published again when the lease runs out");
+}
+
+/* Waits until job i is free to refill. */
+static void marker_wait_free(marker *k, int i)
+{
+    pthread_mutex_lock(&k->mu);
+    while (k->busy[i])
+        pthread_cond_wait(&k->cv, &k->mu);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Hands job i over once the marker has taken the previous one: one slot. */
+static void marker_hand_over(marker *k, int i)
+{
+    pthread_mutex_lock(&k->mu);
+    while (k->waiting >= 0)
+        pthread_cond_wait(&k->cv, &k->mu);
+    k->busy[i] = 1;
+    k->waiting = i;
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* One round with the marker: publish into the free job, hand it over. */
+static int pipelined_step(acemq_relay *r, marker *k, int *next, size_t *claimed)
+{
+    int i = *next;
+    marker_wait_free(k, i);
+    int rc = claim_and_publish(r, &r->jobs[i], claimed);
+    if (rc == 0 && *claimed > 0) {
+        marker_hand_over(k, i);
+        *next = i ^ 1;
     }
-    if (r->opts.verbose) {
-        char a[32], b[32];
-        snprintf(a, sizeof a, "%zu", n);
-        snprintf(b, sizeof b, "%llu", (unsigned long long)confirmed);
-        log_event(r, "batch", "claimed", a, "published", b);
-    }
-    pthread_mutex_lock(&r->lock);
-    r->stats.published += confirmed;
-    r->stats.failed += failed;
-    r->stats.returned += returned;
-    r->stats.nacked += nacked;
-    r->stats.unknown += unknown;
-    r->stats.batches++;
-    if (confirmed) count_latency(&r->stats, latency, confirmed);
-    pthread_mutex_unlock(&r->lock);
     return rc;
 }
 
@@ -280,10 +382,21 @@ static void refresh_gauges(acemq_relay *r)
     pthread_mutex_unlock(&r->lock);
 }
 
-static void pause_ms(int ms, volatile sig_atomic_t *stop)
+void acemq_relay_stop(acemq_relay *r)
+{
+    if (r) atomic_store(&r->stop_requested, 1);
+}
+
+/* A signal handler's flag, or another thread's acemq_relay_stop. */
+static int stopping(acemq_relay *r, volatile sig_atomic_t *stop)
+{
+    return *stop || atomic_load(&r->stop_requested);
+}
+
+static void pause_ms(acemq_relay *r, int ms, volatile sig_atomic_t *stop)
 {
     /* In short slices, so a stop request is seen within 50 ms. */
-    while (ms > 0 && !*stop) {
+    while (ms > 0 && !stopping(r, stop)) {
         int slice = ms < 50 ? ms : 50;
         struct timespec ts = {0, (long)slice * 1000000L};
         (void)nanosleep(&ts, NULL);
@@ -295,11 +408,26 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
 {
     if (!r || !stop) return ACEMQ_EINVAL;
     log_event(r, "start", "backend", acemq_outbox_backend(r->ob), NULL, NULL);
+    marker k = {.r = r, .waiting = -1};
+    int pipelined = r->opts.mark_outbox != NULL;
+    if (pipelined) {
+        if (pthread_mutex_init(&k.mu, NULL) != 0) return ACEMQ_ENOMEM;
+        if (pthread_cond_init(&k.cv, NULL) != 0) {
+            pthread_mutex_destroy(&k.mu);
+            return ACEMQ_ENOMEM;
+        }
+        if (pthread_create(&k.thread, NULL, marker_main, &k) != 0) {
+            pthread_cond_destroy(&k.cv);
+            pthread_mutex_destroy(&k.mu);
+            return fail(r, ACEMQ_ENOMEM, "run", "cannot start the marker thread");
+        }
+    }
+    int next_job = 0;
     double last_gauges = 0;
     int broker_backoff = 0;
-    while (!*stop) {
+    while (!stopping(r, stop)) {
         size_t n = 0;
-        int rc = acemq_relay_step(r, &n);
+        int rc = pipelined ? pipelined_step(r, &k, &next_job, &n) : acemq_relay_step(r, &n);
         double now = mono_ms();
         if (now - last_gauges >= 1000) {
             refresh_gauges(r);
@@ -310,19 +438,29 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
              * pause here so a database that is down is not hammered. */
             broker_backoff = broker_backoff ? broker_backoff * 2 : 100;
             if (broker_backoff > r->opts.poll_ms) broker_backoff = r->opts.poll_ms;
-            pause_ms(broker_backoff, stop);
+            pause_ms(r, broker_backoff, stop);
             continue;
         }
         broker_backoff = 0;
         if (n == r->opts.batch) continue; /* more is likely waiting */
         /* Waits in slices so a stop request is not kept waiting a whole poll. */
         int waited = 0;
-        while (!*stop && waited < r->opts.poll_ms) {
+        while (!stopping(r, stop) && waited < r->opts.poll_ms) {
             int slice = r->opts.poll_ms - waited < 100 ? r->opts.poll_ms - waited : 100;
             int w = acemq_outbox_wait(r->ob, slice);
             if (w != 0) break; /* something committed, or an error the next step reports */
             waited += slice;
         }
+    }
+    if (pipelined) {
+        /* The batch in flight is marked before run returns. */
+        pthread_mutex_lock(&k.mu);
+        k.quit = 1;
+        pthread_cond_broadcast(&k.cv);
+        pthread_mutex_unlock(&k.mu);
+        pthread_join(k.thread, NULL);
+        pthread_cond_destroy(&k.cv);
+        pthread_mutex_destroy(&k.mu);
     }
     refresh_gauges(r);
     log_event(r, "stop", "reason", "signal", NULL, NULL);

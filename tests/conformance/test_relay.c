@@ -15,6 +15,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 
 #include "acemq/relay.h"
 #include "broker/memory_broker.h"
@@ -253,6 +256,72 @@ static void ordering_key_survives_a_failure(void **state)
     }
 }
 
+typedef struct runner {
+    acemq_relay *r;
+    volatile sig_atomic_t stop;
+    int rc;
+} runner;
+
+static void *run_relay(void *arg)
+{
+    runner *x = arg;
+    x->rc = acemq_relay_run(x->r, &x->stop);
+    return NULL;
+}
+
+/* run() with a marker thread: marks trail the publishes by a batch, and every
+ * record still goes once, in order per key, with failures marked too. */
+static void pipelined_run_marks_everything(void **state)
+{
+    world *w = *state;
+    add_n(w, 300, "orders", NULL);
+    add_n(w, 40, "keyed", "k");
+    acemq__memory_broker_unroutable(w->probe, "nowhere");
+    add_n(w, 2, "nowhere", NULL);
+    acemq_outbox *mark_ob = outbox_fixture_open(&w->f);
+    acemq_relay *r = NULL;
+    acemq_relay_options o;
+    acemq_relay_options_init(&o);
+    o.batch = 7; /* many batches, so marks and claims overlap often */
+    o.poll_ms = 5;
+    o.mark_outbox = mark_ob;
+    assert_int_equal(acemq_relay_new(&r, w->ob, w->b, &o), 0);
+    runner x = {.r = r};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, run_relay, &x), 0);
+    acemq_relay_stats s;
+    for (int i = 0; i < 60000; i++) { /* bounded wait on progress, not a timing */
+        acemq_relay_stats_get(r, &s);
+        if (s.published == 340 && s.failed == 2) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    acemq_relay_stop(r); /* *stop is for signal handlers; threads call this */
+    pthread_join(t, NULL);
+    assert_int_equal(x.rc, 0);
+    acemq_relay_stats_get(r, &s);
+    assert_int_equal(s.published, 340);
+    assert_int_equal(s.failed, 2);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 340);
+    /* The keyed records arrived in their order. */
+    int last = -1;
+    for (size_t i = 0; i < 340; i++) {
+        char got[256];
+        stored_id(w, i, got, sizeof got);
+        int k;
+        if (sscanf(got, "keyed-%d", &k) == 1) {
+            assert_true(k == last + 1);
+            last = k;
+        }
+    }
+    assert_int_equal(last, 39);
+    acemq_outbox_pending p;
+    assert_int_equal(acemq_outbox_pending_count(w->ob, &p), 0);
+    assert_int_equal(p.claimed, 0); /* every mark was written before run returned */
+    acemq_relay_free(r);
+    acemq_outbox_close(mark_ob);
+}
+
 int main(int argc, char **argv)
 {
     use_pg = outbox_backend_from_args(argc, argv);
@@ -264,6 +333,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(confirm_timeout_marks_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_broker_releases, setup, teardown),
         cmocka_unit_test_setup_teardown(ordering_key_survives_a_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(pipelined_run_marks_everything, setup, teardown),
     };
     return cmocka_run_group_tests_name(use_pg ? "relay (postgres outbox)" : "relay (sqlite outbox)",
                                        tests, NULL, NULL);
