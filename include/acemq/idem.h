@@ -117,6 +117,35 @@ ACEMQ_EXTERN const char *acemq_idem_backend(const acemq_idem *h);
 ACEMQ_EXTERN int acemq_idem_try_claim(acemq_idem *h, const void *id, size_t id_len,
                                       const acemq_claim_opts *opts, acemq_claim *out);
 
+/* One id of a batch: id_len bytes at id, as try_claim() takes them. */
+typedef struct acemq_idem_key {
+    const void *id;
+    size_t id_len;
+} acemq_idem_key;
+
+/* Claims n ids in one call: for a consumer that already holds several
+ * deliveries (an AMQP prefetch window). Element i is claimed exactly as
+ *   status[i] = acemq_idem_try_claim(h, keys[i].id, keys[i].id_len,
+ *                                    opts ? &opts[i] : NULL, &out[i]);
+ * would, in order i = 0, 1, ..., n-1, so a repeated id within the batch finds
+ * its earlier claim (IN_PROGRESS), and counters count each element as that
+ * call would. One difference: the clock is read once for the whole batch.
+ * A bad element (NULL, empty or over-long id, bad opts[i]) or one the store
+ * refuses (ACEMQ_EFULL, ACEMQ_EMISMATCH, ...) gets its error in status[i]
+ * and does not stop the others; acemq_idem_errmsg() then tells the last such
+ * error. The memory store hashes the ids and prefetches their slots before it
+ * claims any of them, so the cache misses of a batch overlap; other stores
+ * claim one id after the other.
+ *
+ * opts: NULL, or n per-claim options, opts[i] for keys[i]. keys, out and
+ * status: n elements each (may be NULL only when n is 0).
+ * Returns how many elements were answered ACEMQ_CLAIMED (0..n), or a negative
+ * error, with nothing claimed, when the call itself is invalid (h NULL, an
+ * array NULL, n above INT_MAX). */
+ACEMQ_EXTERN int acemq_idem_try_claim_many(acemq_idem *h, size_t n, const acemq_idem_key *keys,
+                                           const acemq_claim_opts *opts, acemq_claim *out,
+                                           int *status);
+
 /* The two-state form: 1 when the caller now owns the id (*token set), 0 when
  * it is confirmed or held elsewhere, negative on error. Prefer try_claim(). */
 ACEMQ_EXTERN int acemq_idem_claim(acemq_idem *h, const void *id, size_t id_len, uint64_t *token);

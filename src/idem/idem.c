@@ -5,6 +5,7 @@
  * NULL id, an empty one, an over-long one or an out-of-range lease; a bad call
  * fails with ACEMQ_EINVAL and changes nothing.
  */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,6 +222,32 @@ static int count_error(acemq_idem *h, int rc)
     return rc;
 }
 
+/* Checks per-claim options into *a, all but the times; *lease gets the
+ * lease to apply. */
+static int claim_args(acemq_idem *h, const acemq_claim_opts *opts, acemq__claim_args *a,
+                      int64_t *lease)
+{
+    memset(a, 0, sizeof *a);
+    *lease = h->opts.lease_ms;
+    if (!opts) return 0;
+    if (opts->lease_ms != 0) *lease = opts->lease_ms;
+    if (!check_duration(*lease, 0))
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "lease_ms %lld is out of range",
+                                (long long)opts->lease_ms);
+    if (opts->fingerprint_len > ACEMQ_IDEM_FINGERPRINT_MAX ||
+        (opts->fingerprint_len > 0 && !opts->fingerprint))
+        return acemq__idem_fail(h, ACEMQ_EINVAL,
+                                "fingerprint must be 1..%d bytes with a non-NULL pointer",
+                                ACEMQ_IDEM_FINGERPRINT_MAX);
+    if (opts->result_cap > 0 && !opts->result_buf)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "result_cap is set but result_buf is NULL");
+    a->fingerprint.data = opts->fingerprint;
+    a->fingerprint.len = opts->fingerprint_len;
+    a->result_buf = opts->result_buf;
+    a->result_cap = opts->result_cap;
+    return 0;
+}
+
 int acemq_idem_try_claim(acemq_idem *h, const void *id, size_t id_len, const acemq_claim_opts *opts,
                          acemq_claim *out)
 {
@@ -231,25 +258,9 @@ int acemq_idem_try_claim(acemq_idem *h, const void *id, size_t id_len, const ace
     int rc = take_id(h, id, id_len, &key);
     if (rc != 0) return rc;
     acemq__claim_args a;
-    memset(&a, 0, sizeof a);
-    int64_t lease = h->opts.lease_ms;
-    if (opts) {
-        if (opts->lease_ms != 0) lease = opts->lease_ms;
-        if (!check_duration(lease, 0))
-            return acemq__idem_fail(h, ACEMQ_EINVAL, "lease_ms %lld is out of range",
-                                    (long long)opts->lease_ms);
-        if (opts->fingerprint_len > ACEMQ_IDEM_FINGERPRINT_MAX ||
-            (opts->fingerprint_len > 0 && !opts->fingerprint))
-            return acemq__idem_fail(h, ACEMQ_EINVAL,
-                                    "fingerprint must be 1..%d bytes with a non-NULL pointer",
-                                    ACEMQ_IDEM_FINGERPRINT_MAX);
-        if (opts->result_cap > 0 && !opts->result_buf)
-            return acemq__idem_fail(h, ACEMQ_EINVAL, "result_cap is set but result_buf is NULL");
-        a.fingerprint.data = opts->fingerprint;
-        a.fingerprint.len = opts->fingerprint_len;
-        a.result_buf = opts->result_buf;
-        a.result_cap = opts->result_cap;
-    }
+    int64_t lease;
+    rc = claim_args(h, opts, &a, &lease);
+    if (rc != 0) return rc;
     a.now_ms = now_ms(h);
     a.lease_until_ms = add_ms(a.now_ms, lease);
     rc = h->methods->try_claim(h, &key, &a, out);
@@ -268,6 +279,100 @@ int acemq_idem_try_claim(acemq_idem *h, const void *id, size_t id_len, const ace
         count_error(h, rc);
     }
     return rc;
+}
+
+/* What a batch answered, added to the counters once per batch rather than
+ * with an atomic add per element; the sums are the per-call ones. */
+typedef struct claim_tally {
+    uint64_t claimed, takeovers, duplicates, in_progress, mismatches, errors;
+} claim_tally;
+
+static void tally(claim_tally *t, int rc, const acemq_claim *c)
+{
+    switch (rc) {
+    case ACEMQ_CLAIMED:
+        t->claimed++;
+        t->takeovers += c->takeover != 0;
+        break;
+    case ACEMQ_ALREADY_CONFIRMED:
+        t->duplicates++;
+        break;
+    case ACEMQ_IN_PROGRESS:
+        t->in_progress++;
+        break;
+    case ACEMQ_EMISMATCH:
+        t->mismatches++;
+        break;
+    default:
+        t->errors++; /* try_claim's backend answers no ESTALE */
+    }
+}
+
+static void add_tally(acemq_idem *h, const claim_tally *t)
+{
+#define ADD(f)                                                                                     \
+    if (t->f) ACEMQ__IDEM_COUNT(h, f, t->f)
+    ADD(claimed);
+    ADD(takeovers);
+    ADD(duplicates);
+    ADD(in_progress);
+    ADD(mismatches);
+    ADD(errors);
+#undef ADD
+}
+
+/* Elements checked and handed to the backend at a time: the arrays live on
+ * the stack. */
+#define MANY_CHUNK 64
+
+int acemq_idem_try_claim_many(acemq_idem *h, size_t n, const acemq_idem_key *keys,
+                              const acemq_claim_opts *opts, acemq_claim *out, int *status)
+{
+    if (!h) return ACEMQ_EINVAL;
+    if (n == 0) return 0;
+    if (!keys || !out || !status)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "keys, out and status must not be NULL");
+    if (n > INT_MAX)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "%zu ids in one batch; at most %d", n, INT_MAX);
+    const acemq__idem_methods *mt = h->methods;
+    int many = mt->version >= 2 && mt->try_claim_many;
+    /* One instant for the whole batch: the ids arrived together. */
+    int64_t now = now_ms(h);
+    acemq__bytes ids[MANY_CHUNK];
+    acemq__claim_args args[MANY_CHUNK];
+    claim_tally t = {0};
+    for (size_t lo = 0; lo < n; lo += MANY_CHUNK) {
+        size_t k = n - lo < MANY_CHUNK ? n - lo : MANY_CHUNK;
+        size_t todo = 0;
+        for (size_t i = 0; i < k; i++) {
+            size_t j = lo + i;
+            memset(&out[j], 0, sizeof out[j]);
+            memset(&ids[i], 0, sizeof ids[i]);
+            int64_t lease = 0;
+            int rc = take_id(h, keys[j].id, keys[j].id_len, &ids[i]);
+            if (rc == 0) rc = claim_args(h, opts ? &opts[j] : NULL, &args[i], &lease);
+            if (rc != 0) {
+                /* Answered here, as try_claim answers it: not counted. */
+                status[j] = rc;
+                ids[i].len = 0;
+                continue;
+            }
+            args[i].now_ms = now;
+            args[i].lease_until_ms = add_ms(now, lease);
+            todo++;
+        }
+        if (todo == 0) continue;
+        if (many) {
+            mt->try_claim_many(h, k, ids, args, &out[lo], &status[lo]);
+        } else {
+            for (size_t i = 0; i < k; i++)
+                if (ids[i].len) status[lo + i] = mt->try_claim(h, &ids[i], &args[i], &out[lo + i]);
+        }
+        for (size_t i = 0; i < k; i++)
+            if (ids[i].len) tally(&t, status[lo + i], &out[lo + i]);
+    }
+    add_tally(h, &t);
+    return (int)t.claimed;
 }
 
 int acemq_idem_claim(acemq_idem *h, const void *id, size_t id_len, uint64_t *token)

@@ -14,7 +14,8 @@
 #include "acemq/idem.h"
 #include "core/url.h"
 
-#define ACEMQ__IDEM_METHODS_VERSION 1
+/* 1: the first table. 2: try_claim_many appended (optional). */
+#define ACEMQ__IDEM_METHODS_VERSION 2
 
 /* A checked, non-empty byte string no longer than its limit. */
 typedef struct acemq__bytes {
@@ -51,6 +52,15 @@ typedef struct acemq__idem_methods {
     /* Removes confirmed records with expires <= now, and released or
      * abandoned claims idle since before now - retention. */
     int (*purge)(acemq_idem *h, int64_t now_ms, uint64_t *purged);
+
+    /* Version 2, optional (NULL: the core calls try_claim once per id).
+     * Claims ids[0..n) in order, each with a[i], as n try_claim calls in a row
+     * would, so a repeated id finds its earlier claim; status[i] gets what
+     * try_claim would have returned and out[i] what it would have filled. An
+     * element with ids[i].len == 0 was already answered by the core: leave
+     * its status and out alone. Returns 0; per-id errors go in status[]. */
+    int (*try_claim_many)(acemq_idem *h, size_t n, const acemq__bytes *ids,
+                          const acemq__claim_args *a, acemq_claim *out, int *status);
 } acemq__idem_methods;
 
 /* Counters are striped: each thread adds to its own stripe, picked once per

@@ -10,6 +10,16 @@
  * one sized for max_entries from the start (measured: sizing up front, even on
  * huge pages, was 15% slower over a million new ids).
  *
+ * Since one call cannot hide that read, try_claim_many() takes a batch: it
+ * hashes every id and prefetches its slot first, so the reads overlap, then
+ * claims the ids one by one, in order, exactly as try_claim() would.
+ *
+ * Entries are fixed-size records (two cache lines) carved from per-shard
+ * slabs, with the id inside the record when it is at most ID_INLINE bytes: a
+ * claim of a new id costs no malloc, and entries claimed one after the other
+ * sit next to each other. Records that go (released, evicted, purged) wait on
+ * the shard's free list for the next claim; the slabs are freed at close.
+ *
  * Bounded: each shard keeps at most its share of max_entries. When a shard is
  * full, room is made by dropping, in this order, the oldest confirmed record
  * (an expiration if its retention ran out, an eviction otherwise) or the
@@ -18,14 +28,22 @@
  * the claim fails with ACEMQ_EFULL.
  *
  * Invariants a reader must keep:
- *  - every entry is in its shard's slot table and in exactly one of the two
- *    lists: `confirmed` (state CONFIRMED, in confirm order, so with one
- *    retention the head expires first) or `claims` (state CLAIMED, in claim
- *    order). Released entries are freed at once.
+ *  - every entry carved from a shard's slabs is either live, in its shard's
+ *    slot table and in exactly one of the two lists, `confirmed` (state
+ *    CONFIRMED, in confirm order, so with one retention the head expires
+ *    first) or `claims` (state CLAIMED, in claim order), or on the shard's
+ *    free list, owning no memory of its own (no result, fingerprint or
+ *    out-of-line id). Released entries go to the free list at once. So a
+ *    shard never carves more than per_shard_max entries.
  *  - tokens come from the shard's counter, which only grows; an id always maps
  *    to the same shard, so its tokens grow with every claim and never repeat,
  *    even after its entry was released, evicted or forgotten.
+ *  - slots_hint and mask_hint follow slots and mask (stored under the lock
+ *    whenever the table moves) and are read without the lock only to aim a
+ *    prefetch. They may be stale, even name a freed array, so nothing ever
+ *    loads through them: a prefetch cannot fault.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 /* Inlined: ids are short, and the call into the shared library costs more
@@ -43,22 +61,55 @@ enum { STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 /* A billion entries is far past what a memory store should hold, and keeps
  * every count well inside the types that hold it. */
 #define MAX_ENTRIES_LIMIT (1LL << 30)
+/* An entry is one cache line; ids up to ID_INLINE bytes (numeric ids, short
+ * keys, "order-00000042") live in it, longer ones in a buffer of their own
+ * whose address is kept, unaligned, in the same bytes. */
+#define ID_INLINE 21
+/* Slab chunks double from CHUNK_MIN entries (4 KiB) up to CHUNK_MAX (64 KiB):
+ * few allocations for a big store, little memory carved ahead of need in a
+ * small one (a shard never carves past its share of max_entries). */
+#define CHUNK_MIN 64
+#define CHUNK_MAX 1024
+/* Ids hashed and prefetched ahead of their claims in try_claim_many: enough
+ * reads in flight to cover one DRAM latency, few enough that the first
+ * prefetched slots are still in L1 when their claims come. */
+#define CLAIM_GROUP 16
+
+/* What few records have: a payload fingerprint, a stored result. Kept out
+ * of the entry so that the entry fits one cache line. */
+typedef struct extras {
+    unsigned char *result;
+    uint32_t result_len;
+    uint8_t fingerprint_len; /* 0: none */
+    unsigned char fingerprint[ACEMQ_IDEM_FINGERPRINT_MAX];
+} extras;
 
 typedef struct entry {
-    struct entry *prev, *next; /* in `claims` or `confirmed` */
-    uint64_t hash;
+    struct entry *prev, *next; /* in `claims` or `confirmed`; next also links the free list */
     uint64_t token;
-    int64_t lease_until; /* CLAIMED */
-    int64_t expires;     /* CONFIRMED */
-    unsigned char *result;
-    unsigned char *fingerprint;
-    uint32_t result_len;
-    uint8_t fingerprint_len;
+    union {
+        int64_t lease_until; /* CLAIMED */
+        int64_t expires;     /* CONFIRMED */
+    };
+    extras *more; /* NULL: no fingerprint, no result */
+    uint16_t id_len;
     uint8_t state;
-    uint32_t id_len;
-    uint32_t id_cap; /* bytes allocated for id, so a dropped entry can be reused */
-    unsigned char id[];
+    /* id_len <= ID_INLINE: the id; longer: the address of its buffer. */
+    unsigned char id[ID_INLINE];
 } entry;
+
+_Static_assert(sizeof(entry) == 64, "an entry is one cache line");
+_Static_assert(ACEMQ_IDEM_ID_MAX <= UINT16_MAX, "id_len holds every id length");
+
+/* Slab memory: entries[] starts on a cache line, as the chunk does. */
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap; /* entries carved so far, and room for */
+    char pad[40];
+    entry entries[];
+} chunk;
+
+_Static_assert(offsetof(chunk, entries) == 64, "slab entries are cache-line aligned");
 
 typedef struct entry_list {
     entry *head, *tail;
@@ -77,6 +128,12 @@ typedef struct shard {
     size_t count;
     uint64_t next_token;
     entry_list claims, confirmed;
+    entry *free_list; /* linked through next */
+    chunk *chunks;    /* newest first; only the newest may have room left */
+    size_t carved;    /* entries in all chunks, carved or not: at most per_shard_max */
+    /* Read without the lock, for prefetch only: see the invariants above. */
+    _Atomic(uintptr_t) slots_hint;
+    atomic_size_t mask_hint;
     /* Pads shards apart so two threads on neighbouring shards do not share a
      * cache line through the lock. */
     char pad[64];
@@ -118,6 +175,18 @@ static entry_list *list_of(shard *s, entry *e)
     return e->state == STATE_CONFIRMED ? &s->confirmed : &s->claims;
 }
 
+static unsigned char *long_id(const entry *e)
+{
+    unsigned char *p;
+    memcpy(&p, e->id, sizeof p);
+    return p;
+}
+
+static const unsigned char *entry_id(const entry *e)
+{
+    return e->id_len <= ID_INLINE ? e->id : long_id(e);
+}
+
 static uint64_t hash_id(const acemq__bytes *id)
 {
     return XXH3_64bits(id->data, id->len);
@@ -135,7 +204,7 @@ static slot *probe(shard *s, uint64_t hash, const acemq__bytes *id)
         slot *sl = &s->slots[i];
         if (!sl->e) return sl;
         if (sl->hash == hash && sl->e->id_len == id->len &&
-            memcmp(sl->e->id, id->data, id->len) == 0)
+            memcmp(entry_id(sl->e), id->data, id->len) == 0)
             return sl;
     }
 }
@@ -145,11 +214,85 @@ static entry *find(shard *s, uint64_t hash, const acemq__bytes *id)
     return probe(s, hash, id)->e;
 }
 
-static void free_entry(entry *e)
+/* Frees what an entry owns beyond its record. */
+static void clear_extras(entry *e)
 {
-    free(e->result);
-    free(e->fingerprint);
-    free(e);
+    if (e->more) free(e->more->result);
+    free(e->more);
+    e->more = NULL;
+}
+
+static void clear_entry(entry *e)
+{
+    clear_extras(e);
+    if (e->id_len > ID_INLINE) free(long_id(e));
+    e->id_len = 0;
+}
+
+static void free_entry(shard *s, entry *e)
+{
+    clear_entry(e);
+    e->next = s->free_list;
+    s->free_list = e;
+}
+
+/* Starts the write of the record the shard's next claim will take. The 64
+ * shards fill their slabs as 64 interleaved streams, too many for the
+ * hardware prefetcher, so without this every new entry waits for its line
+ * to come from DRAM; the next claim on this shard is dozens of claims away,
+ * time enough for the line to arrive. */
+static void prefetch_entry(const entry *e)
+{
+    __builtin_prefetch(e, 1, 3);
+}
+
+/* A record from the free list or the newest chunk, or a new chunk as large
+ * as all before it (within per_shard_max). Its fields are not set. */
+static entry *alloc_entry(memory_store *m, shard *s)
+{
+    entry *e = s->free_list;
+    if (e) {
+        s->free_list = e->next;
+        if (s->free_list) prefetch_entry(s->free_list);
+        return e;
+    }
+    chunk *c = s->chunks;
+    if (!c || c->used == c->cap) {
+        size_t cap = s->carved < CHUNK_MIN ? CHUNK_MIN : s->carved;
+        if (cap > CHUNK_MAX) cap = CHUNK_MAX;
+        /* Claims come here only below the bound, with the free list empty,
+         * i.e. when carved == count < per_shard_max: room is at least 1. */
+        if (cap > m->per_shard_max - s->carved) cap = m->per_shard_max - s->carved;
+        if (cap == 0) return NULL;
+        c = aligned_alloc(64, sizeof *c + cap * sizeof(entry));
+        if (!c) return NULL;
+        c->next = s->chunks;
+        c->used = 0;
+        c->cap = cap;
+        s->chunks = c;
+        s->carved += cap;
+    }
+    e = &c->entries[c->used++];
+    if (c->used < c->cap) prefetch_entry(&c->entries[c->used]);
+    return e;
+}
+
+static void set_hints(shard *s)
+{
+    atomic_store_explicit(&s->slots_hint, (uintptr_t)s->slots, memory_order_relaxed);
+    atomic_store_explicit(&s->mask_hint, s->mask, memory_order_relaxed);
+}
+
+/* Starts the read of the slot where a probe for hash begins, without the
+ * lock: integer arithmetic on the hints, so a stale one aims at the wrong
+ * line and costs a wasted prefetch, nothing more. */
+static void prefetch_slot(shard *s, uint64_t hash)
+{
+    uintptr_t base = atomic_load_explicit(&s->slots_hint, memory_order_relaxed);
+    size_t mask = atomic_load_explicit(&s->mask_hint, memory_order_relaxed);
+    /* An integer, not a pointer: the array it named may have been freed. */
+    /* NOLINTNEXTLINE(performance-no-int-to-ptr) */
+    __builtin_prefetch((const void *)(base + (hash & mask) * sizeof(slot)), 1, 3);
 }
 
 /* Empties slot i and shifts later members of its probe run back (backward
@@ -187,13 +330,16 @@ static int maybe_grow(shard *s)
     free(s->slots);
     s->slots = fresh;
     s->mask = n - 1;
+    set_hints(s);
     return 0;
 }
 
 /* Unlinks e from its table and list without freeing it. */
 static void unlink_entry(shard *s, entry *e)
 {
-    size_t i = e->hash & s->mask;
+    /* The hash is not kept in the entry (it would not fit the line); this
+     * path is rare (release, eviction, purge) and ids are short. */
+    size_t i = XXH3_64bits(entry_id(e), e->id_len) & s->mask;
     while (s->slots[i].e != e)
         i = (i + 1) & s->mask;
     remove_slot(s, i);
@@ -204,7 +350,7 @@ static void unlink_entry(shard *s, entry *e)
 static void drop(shard *s, entry *e)
 {
     unlink_entry(s, e);
-    free_entry(e);
+    free_entry(s, e);
 }
 
 /* Drops one record that no live claim depends on, and hands it back in
@@ -231,21 +377,21 @@ static int make_room(acemq_idem *h, shard *s, int64_t now, entry **spare)
 
 static int fingerprint_differs(const entry *e, const acemq__bytes *fp)
 {
-    return fp->len > 0 && e->fingerprint_len > 0 &&
-           (e->fingerprint_len != fp->len || memcmp(e->fingerprint, fp->data, fp->len) != 0);
+    const extras *x = e->more;
+    return fp->len > 0 && x && x->fingerprint_len > 0 &&
+           (x->fingerprint_len != fp->len || memcmp(x->fingerprint, fp->data, fp->len) != 0);
 }
 
 /* Remembers the claimer's fingerprint; keeps the old one when none is given. */
 static int set_fingerprint(entry *e, const acemq__bytes *fp)
 {
     if (fp->len == 0) return 0;
-    if (e->fingerprint_len != fp->len) {
-        unsigned char *p = realloc(e->fingerprint, fp->len);
-        if (!p) return ACEMQ_ENOMEM;
-        e->fingerprint = p;
-        e->fingerprint_len = (uint8_t)fp->len;
+    if (!e->more) {
+        e->more = calloc(1, sizeof *e->more);
+        if (!e->more) return ACEMQ_ENOMEM;
     }
-    memcpy(e->fingerprint, fp->data, fp->len);
+    e->more->fingerprint_len = (uint8_t)fp->len;
+    memcpy(e->more->fingerprint, fp->data, fp->len);
     return 0;
 }
 
@@ -263,42 +409,45 @@ static void grant(shard *s, entry *e, const acemq__claim_args *a, acemq_claim *o
  * keeps nothing of its past, fingerprint included) or an expired lease. */
 static int reclaim(shard *s, entry *e, int forgotten, const acemq__claim_args *a, acemq_claim *out)
 {
-    if (forgotten) {
-        free(e->fingerprint);
-        e->fingerprint = NULL;
-        e->fingerprint_len = 0;
-    }
+    if (forgotten) clear_extras(e);
     int rc = set_fingerprint(e, &a->fingerprint);
     if (rc != 0) return rc;
     list_remove(list_of(s, e), e);
-    free(e->result);
-    e->result = NULL;
-    e->result_len = 0;
+    if (e->more) {
+        free(e->more->result);
+        e->more->result = NULL;
+        e->more->result_len = 0;
+    }
     grant(s, e, a, out);
     return ACEMQ_CLAIMED;
 }
 
-/* An entry for id: the spare one when its id fits, else a new one. Rounded
- * up so that ids of slightly different lengths can reuse each other's. */
-static entry *new_entry(entry *spare, const acemq__bytes *id)
+/* An entry for id: the spare one (a dropped record) when there is one, else
+ * a record from the slab. NULL when out of memory. */
+static entry *new_entry(memory_store *m, shard *s, entry *spare, const acemq__bytes *id)
 {
-    if (spare && spare->id_cap >= id->len) {
-        free(spare->result);
-        free(spare->fingerprint);
+    entry *e = spare;
+    if (e) {
+        clear_entry(e);
     } else {
-        if (spare) free_entry(spare);
-        size_t cap = (id->len + 15) & ~(size_t)15;
-        spare = malloc(sizeof *spare + cap);
-        if (!spare) return NULL;
-        spare->id_cap = (uint32_t)cap;
+        e = alloc_entry(m, s);
+        if (!e) return NULL;
+        e->more = NULL;
     }
-    spare->result = NULL;
-    spare->fingerprint = NULL;
-    spare->result_len = 0;
-    spare->fingerprint_len = 0;
-    spare->id_len = (uint32_t)id->len;
-    memcpy(spare->id, id->data, id->len);
-    return spare;
+    if (id->len <= ID_INLINE) {
+        memcpy(e->id, id->data, id->len);
+    } else {
+        unsigned char *p = malloc(id->len);
+        if (!p) {
+            e->id_len = 0;
+            free_entry(s, e);
+            return NULL;
+        }
+        memcpy(p, id->data, id->len);
+        memcpy(e->id, &p, sizeof p);
+    }
+    e->id_len = (uint16_t)id->len;
+    return e;
 }
 
 /* A claim of an id the shard does not hold; sl is the empty slot its lookup
@@ -318,12 +467,11 @@ static int claim_new(acemq_idem *h, memory_store *m, shard *s, slot *sl, uint64_
     } else {
         sl = probe(s, hash, id); /* the table may have moved */
     }
-    entry *e = new_entry(spare, id);
+    entry *e = new_entry(m, s, spare, id);
     if (!e || set_fingerprint(e, &a->fingerprint) != 0) {
-        if (e) free_entry(e);
+        if (e) free_entry(s, e);
         return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
     }
-    e->hash = hash;
     sl->hash = hash;
     sl->e = e;
     s->count++;
@@ -344,11 +492,12 @@ static int decide_existing(acemq_idem *h, shard *s, entry *e, const acemq__claim
                 h, ACEMQ_EMISMATCH,
                 "memory store: id was first seen with another payload fingerprint");
         if (e->state == STATE_CONFIRMED) {
-            if (e->result) {
+            const extras *x = e->more;
+            if (x && x->result) {
                 out->has_result = 1;
-                out->result_len = e->result_len;
-                size_t n = e->result_len < a->result_cap ? e->result_len : a->result_cap;
-                if (n > 0) memcpy(a->result_buf, e->result, n); /* buf may be NULL when n is 0 */
+                out->result_len = x->result_len;
+                size_t n = x->result_len < a->result_cap ? x->result_len : a->result_cap;
+                if (n > 0) memcpy(a->result_buf, x->result, n); /* buf may be NULL when n is 0 */
             }
             return ACEMQ_ALREADY_CONFIRMED;
         }
@@ -363,11 +512,9 @@ static int decide_existing(acemq_idem *h, shard *s, entry *e, const acemq__claim
     return rc;
 }
 
-static int mem_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__claim_args *a,
-                         acemq_claim *out)
+static int claim_hashed(acemq_idem *h, memory_store *m, uint64_t hash, const acemq__bytes *id,
+                        const acemq__claim_args *a, acemq_claim *out)
 {
-    memory_store *m = h->self;
-    uint64_t hash = hash_id(id);
     shard *s = shard_for(m, hash);
     pthread_mutex_lock(&s->lock);
     slot *sl = probe(s, hash, id);
@@ -375,6 +522,37 @@ static int mem_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__cla
         sl->e ? decide_existing(h, s, sl->e, a, out) : claim_new(h, m, s, sl, hash, id, a, out);
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+static int mem_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__claim_args *a,
+                         acemq_claim *out)
+{
+    return claim_hashed(h, h->self, hash_id(id), id, a, out);
+}
+
+/* Hashes a group of ids and prefetches their slots, then claims them in
+ * order, each under its shard's lock as try_claim would: by the time the
+ * first claim probes, the other reads are in flight, so they overlap instead
+ * of following one another. A later id of the group that repeats an earlier
+ * one finds the earlier claim, as a later call would. */
+static int mem_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
+                              const acemq__claim_args *a, acemq_claim *out, int *status)
+{
+    memory_store *m = h->self;
+    uint64_t hashes[CLAIM_GROUP];
+    for (size_t lo = 0; lo < n; lo += CLAIM_GROUP) {
+        size_t k = n - lo < CLAIM_GROUP ? n - lo : CLAIM_GROUP;
+        for (size_t i = 0; i < k; i++) {
+            if (ids[lo + i].len == 0) continue;
+            hashes[i] = hash_id(&ids[lo + i]);
+            prefetch_slot(shard_for(m, hashes[i]), hashes[i]);
+        }
+        for (size_t i = 0; i < k; i++) {
+            if (ids[lo + i].len == 0) continue;
+            status[lo + i] = claim_hashed(h, m, hashes[i], &ids[lo + i], &a[lo + i], &out[lo + i]);
+        }
+    }
+    return 0;
 }
 
 /* The entry for id when token is its current claim (or, for a repeated
@@ -400,10 +578,17 @@ static int mem_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
     memory_store *m = h->self;
     uint64_t hash = hash_id(id);
     shard *s = shard_for(m, hash);
+    /* Allocated before the lock, used only if the entry needs them. */
     unsigned char *copy = NULL;
+    extras *spare = NULL;
     if (result->len > 0) {
         copy = malloc(result->len);
-        if (!copy) return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
+        spare = calloc(1, sizeof *spare);
+        if (!copy || !spare) {
+            free(copy);
+            free(spare);
+            return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
+        }
         memcpy(copy, result->data, result->len);
     }
     pthread_mutex_lock(&s->lock);
@@ -412,14 +597,21 @@ static int mem_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
         list_remove(list_of(s, e), e);
         e->state = STATE_CONFIRMED;
         e->expires = expires_ms;
-        free(e->result);
-        e->result = copy;
-        e->result_len = (uint32_t)result->len;
-        copy = NULL;
+        if (copy && !e->more) {
+            e->more = spare;
+            spare = NULL;
+        }
+        if (e->more) { /* a confirm without a result drops an earlier one */
+            free(e->more->result);
+            e->more->result = copy;
+            e->more->result_len = (uint32_t)result->len;
+            copy = NULL;
+        }
         list_append(&s->confirmed, e);
     }
     pthread_mutex_unlock(&s->lock);
     free(copy);
+    free(spare);
     return e ? 0 : stale(h, "confirm");
 }
 
@@ -494,14 +686,13 @@ static void free_shards(memory_store *m, size_t nshards)
 {
     for (size_t i = 0; i < nshards; i++) {
         shard *s = &m->shards[i];
-        /* Every entry is on one of the two lists: walking them touches only
-         * entries, not the whole (mostly untouched) slot mapping. */
-        entry_list *lists[] = {&s->claims, &s->confirmed};
-        for (size_t l = 0; l < 2; l++) {
-            for (entry *e = lists[l]->head, *next; e; e = next) {
-                next = e->next;
-                free_entry(e);
-            }
+        /* Every carved record is live or on the free list owning nothing, so
+         * a walk of the slabs, in address order, frees all there is. */
+        for (chunk *c = s->chunks, *next; c; c = next) {
+            next = c->next;
+            for (size_t j = 0; j < c->used; j++)
+                clear_entry(&c->entries[j]);
+            free(c);
         }
         free(s->slots);
         pthread_mutex_destroy(&s->lock);
@@ -528,6 +719,7 @@ static const acemq__idem_methods memory_methods = {
     .renew = mem_renew,
     .is_confirmed = mem_is_confirmed,
     .purge = mem_purge,
+    .try_claim_many = mem_try_claim_many,
 };
 
 /* Small stores get one shard so that max_entries is exact; large ones get up
@@ -546,6 +738,7 @@ static int allocate_slots(memory_store *m, size_t nshards)
         m->shards[i].slots = calloc(INITIAL_SLOTS, sizeof(slot));
         if (!m->shards[i].slots) return ACEMQ_ENOMEM;
         m->shards[i].mask = INITIAL_SLOTS - 1;
+        set_hints(&m->shards[i]);
     }
     return 0;
 }

@@ -461,6 +461,272 @@ static void many_ids(void **state)
     assert_int_equal(s.evictions, 0);
 }
 
+/* ---------------------------------------------------------- try_claim_many */
+
+static acemq_idem_key key(const char *id)
+{
+    acemq_idem_key k = {id, id ? strlen(id) : 0};
+    return k;
+}
+
+/* A batch that meets every kind of id at once: new, confirmed (with a stored
+ * result), held, held past its lease, reused with another payload, and bad.
+ * Each answer is the one try_claim would give, and a bad element does not
+ * stop the others. */
+static void batch_mixed(void **state)
+{
+    fixture *f = *state;
+    acemq_claim c, held, stale;
+    assert_int_equal(try_claim(f, "done", &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm_result(f->store, "done", 4, c.token, "ok", 2), 0);
+    assert_int_equal(try_claim(f, "expired", &stale), ACEMQ_CLAIMED);
+    advance(f, LEASE);
+    assert_int_equal(try_claim(f, "held", &held), ACEMQ_CLAIMED);
+    acemq_claim_opts fa = {.fingerprint = "sha-A", .fingerprint_len = 5};
+    acemq_claim_opts fb = {.fingerprint = "sha-B", .fingerprint_len = 5};
+    assert_int_equal(acemq_idem_try_claim(f->store, "fp", 2, &fa, &c), ACEMQ_CLAIMED);
+    acemq_idem_stats before = stats(f);
+
+    static char longest[ACEMQ_IDEM_ID_MAX + 1];
+    memset(longest, 'k', sizeof longest);
+    char buf[8] = {0};
+    enum { N = 10 };
+    acemq_idem_key keys[N] = {key("new-1"),   key("done"), key("held"),  key(NULL),
+                              key("expired"), key("fp"),   key("new-2"), key("new-3"),
+                              key("new-4"),   key("new-5")};
+    keys[7].id_len = 0;   /* empty */
+    keys[8].id = longest; /* too long */
+    keys[8].id_len = sizeof longest;
+    acemq_claim_opts opts[N];
+    memset(opts, 0, sizeof opts);
+    opts[1].result_buf = buf;
+    opts[1].result_cap = sizeof buf;
+    opts[5] = fb;
+    opts[9].lease_ms = -1; /* bad options fail that element alone */
+    acemq_claim out[N];
+    int st[N];
+    memset(out, 0x5a, sizeof out);
+    int rc = acemq_idem_try_claim_many(f->store, N, keys, opts, out, st);
+    assert_int_equal(rc, 3); /* new-1, expired (taken over), new-2 */
+
+    assert_int_equal(st[0], ACEMQ_CLAIMED);
+    assert_true(out[0].token > 0);
+    assert_int_equal(out[0].lease_until_ms, T0 + 2 * LEASE);
+    assert_int_equal(out[0].takeover, 0);
+    assert_int_equal(st[1], ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(out[1].has_result, 1);
+    assert_int_equal(out[1].result_len, 2);
+    assert_memory_equal(buf, "ok", 2);
+    assert_int_equal(st[2], ACEMQ_IN_PROGRESS);
+    assert_int_equal(out[2].lease_until_ms, held.lease_until_ms);
+    assert_int_equal(out[2].token, 0);
+    assert_int_equal(st[3], ACEMQ_EINVAL);
+    assert_int_equal(st[4], ACEMQ_CLAIMED);
+    assert_int_equal(out[4].takeover, 1);
+    assert_true(out[4].token > stale.token);
+    assert_int_equal(st[5], ACEMQ_EMISMATCH);
+    assert_int_equal(st[6], ACEMQ_CLAIMED);
+    assert_int_equal(st[7], ACEMQ_EINVAL);
+    assert_int_equal(st[8], ACEMQ_EINVAL);
+    assert_int_equal(st[9], ACEMQ_EINVAL);
+    /* Errors leave their out zeroed, as try_claim does. */
+    acemq_claim zero;
+    memset(&zero, 0, sizeof zero);
+    assert_memory_equal(&out[3], &zero, sizeof zero);
+    assert_memory_equal(&out[9], &zero, sizeof zero);
+    assert_true(strlen(acemq_idem_errmsg(f->store)) > 0);
+
+    acemq_idem_stats s = stats(f);
+    assert_int_equal(s.claimed - before.claimed, 3);
+    assert_int_equal(s.takeovers - before.takeovers, 1);
+    assert_int_equal(s.duplicates - before.duplicates, 1);
+    assert_int_equal(s.in_progress - before.in_progress, 1);
+    assert_int_equal(s.mismatches - before.mismatches, 1);
+    assert_int_equal(s.errors - before.errors, 0); /* bad input is not counted */
+
+    /* The bad elements wrote nothing; new-5 (bad options) is still new. */
+    assert_int_equal(try_claim(f, "new-5", &c), ACEMQ_CLAIMED);
+    assert_int_equal(try_claim(f, "new-1", &c), ACEMQ_IN_PROGRESS);
+    /* The stale holder of "expired" was fenced off by the batch's takeover. */
+    assert_int_equal(acemq_idem_confirm(f->store, "expired", 7, stale.token), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_confirm(f->store, "expired", 7, out[4].token), 0);
+}
+
+/* An id twice (or more) in one batch behaves as calls in a row: the first
+ * claims it, the later ones find it held; across the store's internal
+ * groups (16) and the core's chunks (64) too. */
+static void batch_duplicates(void **state)
+{
+    fixture *f = *state;
+    enum { N = 150 };
+    char ids[N][16];
+    acemq_idem_key keys[N];
+    for (int i = 0; i < N; i++) {
+        /* i and i + 70 name the same id: pairs inside one group, across
+         * groups and across chunks; and 3 names it thrice. */
+        int n = snprintf(ids[i], sizeof ids[i], "dup-%d", i >= 70 ? i - 70 : i);
+        if (i == 149) n = snprintf(ids[i], sizeof ids[i], "dup-3");
+        keys[i].id = ids[i];
+        keys[i].id_len = (size_t)n;
+    }
+    keys[1] = keys[0]; /* side by side */
+    acemq_claim out[N];
+    int st[N];
+    int rc = acemq_idem_try_claim_many(f->store, N, keys, NULL, out, st);
+    int claimed = 0;
+    for (int i = 0; i < N; i++) {
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            if (keys[j].id_len == keys[i].id_len &&
+                memcmp(keys[j].id, keys[i].id, keys[i].id_len) == 0)
+                first = 0;
+        if (first) {
+            assert_int_equal(st[i], ACEMQ_CLAIMED);
+            claimed++;
+        } else {
+            assert_int_equal(st[i], ACEMQ_IN_PROGRESS);
+            assert_int_equal(out[i].token, 0);
+            assert_int_equal(out[i].lease_until_ms, T0 + LEASE);
+        }
+    }
+    assert_int_equal(rc, claimed);
+    acemq_idem_stats s = stats(f);
+    assert_int_equal(s.claimed, (uint64_t)claimed);
+    assert_int_equal(s.in_progress, (uint64_t)(N - claimed));
+
+    /* Every claimed id confirms with its token; a second batch then finds
+     * them all confirmed. */
+    for (int i = 0; i < N; i++)
+        if (st[i] == ACEMQ_CLAIMED)
+            assert_int_equal(acemq_idem_confirm(f->store, keys[i].id, keys[i].id_len, out[i].token),
+                             0);
+    rc = acemq_idem_try_claim_many(f->store, N, keys, NULL, out, st);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], ACEMQ_ALREADY_CONFIRMED);
+}
+
+/* Tokens from a batch fence as try_claim's do. */
+static void batch_tokens_fence(void **state)
+{
+    fixture *f = *state;
+    acemq_idem_key keys[3] = {key("t1"), key("t2"), key("t3")};
+    acemq_claim out[3], again[3];
+    int st[3];
+    assert_int_equal(acemq_idem_try_claim_many(f->store, 3, keys, NULL, out, st), 3);
+    /* Another id's token is not this id's claim (tokens may be per id, so
+     * only where the two differ). */
+    uint64_t stale_expected = 2;
+    if (out[0].token != out[1].token) {
+        assert_int_equal(acemq_idem_confirm(f->store, "t1", 2, out[1].token), ACEMQ_ESTALE);
+        stale_expected++;
+    }
+    assert_int_equal(acemq_idem_confirm(f->store, "t1", 2, out[0].token), 0);
+    assert_int_equal(acemq_idem_release(f->store, "t2", 2, out[1].token), 0);
+    advance(f, LEASE); /* t3's lease runs out */
+    assert_int_equal(acemq_idem_try_claim_many(f->store, 3, keys, NULL, again, st), 2);
+    assert_int_equal(st[0], ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(st[1], ACEMQ_CLAIMED);
+    assert_int_equal(again[1].takeover, 0);
+    assert_true(again[1].token > out[1].token);
+    assert_int_equal(st[2], ACEMQ_CLAIMED);
+    assert_int_equal(again[2].takeover, 1);
+    assert_true(again[2].token > out[2].token);
+    assert_int_equal(acemq_idem_confirm(f->store, "t2", 2, out[1].token), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_renew(f->store, "t3", 2, out[2].token, 0), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_confirm(f->store, "t3", 2, again[2].token), 0);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, "t3", 2), 1);
+    assert_int_equal(stats(f).stale_tokens, stale_expected);
+}
+
+/* One script of calls, played on a fresh store through try_claim and on
+ * another through try_claim_many: the same answers and the same counters. */
+static void play(fixture *f, int batched, int *st, acemq_claim *out)
+{
+    static const char *const script[3][6] = {
+        {"a", "b", "c", "a", "d", "e"},
+        {"a", "b", "c", "f", "b", "g"},
+        {"c", "d", "a", "h", "h", "e"},
+    };
+    acemq_claim_opts fp1 = {.fingerprint = "1", .fingerprint_len = 1};
+    acemq_claim_opts fp2 = {.fingerprint = "2", .fingerprint_len = 1};
+    acemq_claim_opts opts[6];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 6; i++)
+            opts[i] = (i + round) % 3 == 0   ? fp1
+                      : (i + round) % 3 == 1 ? fp2
+                                             : (acemq_claim_opts){0};
+        int *rs = st + (size_t)round * 6;
+        acemq_claim *ro = out + (size_t)round * 6;
+        if (batched) {
+            acemq_idem_key keys[6];
+            for (int i = 0; i < 6; i++)
+                keys[i] = key(script[round][i]);
+            int rc = acemq_idem_try_claim_many(f->store, 6, keys, opts, ro, rs);
+            int claimed = 0;
+            for (int i = 0; i < 6; i++)
+                claimed += rs[i] == ACEMQ_CLAIMED;
+            assert_int_equal(rc, claimed);
+        } else {
+            for (int i = 0; i < 6; i++)
+                rs[i] = acemq_idem_try_claim(f->store, script[round][i], 1, &opts[i], &ro[i]);
+        }
+        /* Between rounds: confirm the first claimed, release the second,
+         * let the rest hold; then move time past the lease on round 1. */
+        int seen = 0;
+        for (int i = 0; i < 6; i++) {
+            if (rs[i] != ACEMQ_CLAIMED) continue;
+            if (seen == 0)
+                assert_int_equal(acemq_idem_confirm(f->store, script[round][i], 1, ro[i].token), 0);
+            else if (seen == 1)
+                assert_int_equal(acemq_idem_release(f->store, script[round][i], 1, ro[i].token), 0);
+            seen++;
+        }
+        if (round == 1) advance(f, LEASE);
+    }
+}
+
+static void batch_equals_calls(void **state)
+{
+    fixture *f = *state;
+    void *other_state = NULL;
+    assert_int_equal(setup(&other_state), 0);
+    fixture *g = other_state;
+    int st_calls[18], st_batch[18];
+    acemq_claim o_calls[18], o_batch[18];
+    play(f, 0, st_calls, o_calls);
+    play(g, 1, st_batch, o_batch);
+    for (int i = 0; i < 18; i++) {
+        assert_int_equal(st_batch[i], st_calls[i]);
+        assert_int_equal(o_batch[i].lease_until_ms, o_calls[i].lease_until_ms);
+        assert_int_equal(o_batch[i].takeover, o_calls[i].takeover);
+        assert_int_equal(o_batch[i].token != 0, o_calls[i].token != 0);
+    }
+    acemq_idem_stats a = stats(f), b = stats(g);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_true(a.claimed > 0 && a.in_progress > 0 && a.mismatches > 0 && a.takeovers > 0);
+    teardown(&other_state);
+}
+
+/* The call itself can be wrong; then nothing is claimed. */
+static void batch_bad_calls(void **state)
+{
+    fixture *f = *state;
+    acemq_idem_key keys[1] = {key("z")};
+    acemq_claim out[1];
+    int st[1];
+    assert_int_equal(acemq_idem_try_claim_many(NULL, 1, keys, NULL, out, st), ACEMQ_EINVAL);
+    assert_int_equal(acemq_idem_try_claim_many(f->store, 1, NULL, NULL, out, st), ACEMQ_EINVAL);
+    assert_int_equal(acemq_idem_try_claim_many(f->store, 1, keys, NULL, NULL, st), ACEMQ_EINVAL);
+    assert_int_equal(acemq_idem_try_claim_many(f->store, 1, keys, NULL, out, NULL), ACEMQ_EINVAL);
+    assert_int_equal(acemq_idem_try_claim_many(f->store, 0, NULL, NULL, NULL, NULL), 0);
+    acemq_claim c;
+    assert_int_equal(try_claim(f, "z", &c), ACEMQ_CLAIMED);
+    acemq_idem_stats s = stats(f);
+    assert_int_equal(s.claimed, 1);
+    assert_int_equal(s.errors, 0);
+}
+
 /* Opening: bad URLs and options are refused with a reason. */
 static void open_errors(void **state)
 {
@@ -520,6 +786,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(binary_ids, setup, teardown),
         cmocka_unit_test_setup_teardown(many_ids, setup, teardown),
+        cmocka_unit_test_setup_teardown(batch_mixed, setup, teardown),
+        cmocka_unit_test_setup_teardown(batch_duplicates, setup, teardown),
+        cmocka_unit_test_setup_teardown(batch_tokens_fence, setup, teardown),
+        cmocka_unit_test_setup_teardown(batch_equals_calls, setup, teardown),
+        cmocka_unit_test_setup_teardown(batch_bad_calls, setup, teardown),
         cmocka_unit_test(open_errors),
     };
     char name[64];

@@ -1,5 +1,6 @@
 /* test_memory_idem.c — what only the memory backend does: its entry bound,
- * evictions and the refusal to drop a live claim. */
+ * evictions and the refusal to drop a live claim, its records (ids kept in
+ * the entry or beside it, slab reuse) and its batch path. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,6 +148,136 @@ static void sharded_bound_holds(void **state)
     close_fixture(f);
 }
 
+/* Ids on both sides of the in-entry limit (21 bytes) and the longest, through
+ * every path that reads or frees them: claim, duplicate, release, eviction
+ * (reusing a dropped record for an id of the other kind), purge, close. */
+static void short_and_long_ids(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=6");
+    static char ids[6][ACEMQ_IDEM_ID_MAX];
+    static const size_t lens[6] = {2, 20, 21, 22, 36, ACEMQ_IDEM_ID_MAX};
+    for (int round = 0; round < 3; round++) {
+        acemq_claim c[6], probe;
+        for (int i = 0; i < 6; i++) {
+            memset(ids[i], 'a' + round, lens[i]);
+            ids[i][lens[i] - 1] = (char)('0' + i);
+            assert_int_equal(acemq_idem_try_claim(f->store, ids[i], lens[i], NULL, &c[i]),
+                             ACEMQ_CLAIMED);
+        }
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(acemq_idem_try_claim(f->store, ids[i], lens[i], NULL, &probe),
+                             ACEMQ_IN_PROGRESS);
+        /* Odd ones released (unlinked, their records back on the free
+         * list), even ones confirmed; the next round's ids push the
+         * confirmed ones out. */
+        for (int i = 0; i < 6; i++) {
+            if (i % 2)
+                assert_int_equal(acemq_idem_release(f->store, ids[i], lens[i], c[i].token), 0);
+            else
+                assert_int_equal(acemq_idem_confirm(f->store, ids[i], lens[i], c[i].token), 0);
+        }
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(acemq_idem_is_confirmed(f->store, ids[i], lens[i]), i % 2 == 0);
+        /* Same bytes, one shorter: another id. */
+        assert_int_equal(acemq_idem_is_confirmed(f->store, ids[4], lens[4] - 1), 0);
+    }
+    acemq_idem_stats s;
+    assert_int_equal(acemq_idem_stats_get(f->store, &s), 0);
+    assert_int_equal(s.evictions, 6); /* rounds 2 and 3 each pushed out 3 confirmed */
+    acemq_manual_clock_advance(f->clock, 60000);
+    uint64_t purged = 0;
+    assert_int_equal(acemq_idem_purge(f->store, &purged), 0);
+    assert_int_equal(purged, 3);
+    close_fixture(f);
+}
+
+/* A record that went (released, evicted, purged) is reused; results and
+ * fingerprints it carried do not leak into the id that reuses it. */
+static void reused_records_start_clean(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=1");
+    acemq_claim_opts fa = {.fingerprint = "sha-A", .fingerprint_len = 5};
+    acemq_claim c;
+    assert_int_equal(acemq_idem_try_claim(f->store, "first", 5, &fa, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm_result(f->store, "first", 5, c.token, "r", 1), 0);
+    /* "second" takes the record of "first" (evicted). */
+    acemq_claim_opts fb = {.fingerprint = "sha-B", .fingerprint_len = 5};
+    assert_int_equal(acemq_idem_try_claim(f->store, "second", 6, NULL, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_try_claim(f->store, "second", 6, &fb, &c), ACEMQ_IN_PROGRESS);
+    acemq_manual_clock_advance(f->clock, 1000);
+    assert_int_equal(acemq_idem_try_claim(f->store, "second", 6, &fa, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm(f->store, "second", 6, c.token), 0);
+    acemq_claim probe;
+    assert_int_equal(acemq_idem_try_claim(f->store, "second", 6, NULL, &probe),
+                     ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(probe.has_result, 0);
+    /* A confirm without a result drops an earlier one. */
+    assert_int_equal(acemq_idem_confirm_result(f->store, "second", 6, c.token, "xyz", 3), 0);
+    assert_int_equal(acemq_idem_try_claim(f->store, "second", 6, NULL, &probe),
+                     ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(probe.result_len, 3);
+    assert_int_equal(acemq_idem_confirm(f->store, "second", 6, c.token), 0);
+    assert_int_equal(acemq_idem_try_claim(f->store, "second", 6, NULL, &probe),
+                     ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(probe.has_result, 0);
+    close_fixture(f);
+}
+
+/* A batch on a full store: each element answers as its own call would,
+ * evicting confirmed records and refusing with EFULL where only live claims
+ * are left, without stopping the rest. */
+static void batch_on_a_full_store(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=3");
+    acemq_claim c;
+    assert_int_equal(claim_n(f, 0, &c), ACEMQ_CLAIMED);
+    assert_int_equal(confirm_n(f, 0, c.token), 0);
+    assert_int_equal(claim_n(f, 1, &c), ACEMQ_CLAIMED);
+    acemq_idem_key keys[5] = {{"id-2", 4}, {"id-3", 4}, {"id-4", 4}, {"id-1", 4}, {"id-2", 4}};
+    acemq_claim out[5];
+    int st[5];
+    assert_int_equal(acemq_idem_try_claim_many(f->store, 5, keys, NULL, out, st), 2);
+    assert_int_equal(st[0], ACEMQ_CLAIMED);     /* room left */
+    assert_int_equal(st[1], ACEMQ_CLAIMED);     /* evicts id-0 */
+    assert_int_equal(st[2], ACEMQ_EFULL);       /* three live claims */
+    assert_int_equal(st[3], ACEMQ_IN_PROGRESS); /* still held */
+    assert_int_equal(st[4], ACEMQ_IN_PROGRESS); /* claimed earlier in the batch */
+    assert_non_null(strstr(acemq_idem_errmsg(f->store), "live claims"));
+    acemq_idem_stats s;
+    assert_int_equal(acemq_idem_stats_get(f->store, &s), 0);
+    assert_int_equal(s.evictions, 1);
+    assert_int_equal(s.errors, 1);
+    assert_int_equal(s.in_progress, 2);
+    close_fixture(f);
+}
+
+/* One batch large enough that the shards' tables double while it runs (the
+ * slots it prefetched then belong to freed arrays): every id is claimed. */
+static void batch_across_growth(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=200000");
+    enum { N = 20000 };
+    static char ids[N][16];
+    static acemq_idem_key keys[N];
+    static acemq_claim out[N];
+    static int st[N];
+    for (int i = 0; i < N; i++) {
+        int len = snprintf(ids[i], sizeof ids[i], "grow-%d", i);
+        keys[i].id = ids[i];
+        keys[i].id_len = (size_t)len;
+    }
+    assert_int_equal(acemq_idem_try_claim_many(f->store, N, keys, NULL, out, st), N);
+    for (int i = 0; i < N; i += 7)
+        assert_int_equal(acemq_idem_confirm(f->store, ids[i], keys[i].id_len, out[i].token), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(acemq_idem_is_confirmed(f->store, ids[i], keys[i].id_len), i % 7 == 0);
+    close_fixture(f);
+}
+
 static void url_errors(void **state)
 {
     (void)state;
@@ -164,6 +295,10 @@ int main(void)
         cmocka_unit_test(live_claims_are_never_evicted),
         cmocka_unit_test(expired_confirmations_make_room_first),
         cmocka_unit_test(sharded_bound_holds),
+        cmocka_unit_test(short_and_long_ids),
+        cmocka_unit_test(reused_records_start_clean),
+        cmocka_unit_test(batch_on_a_full_store),
+        cmocka_unit_test(batch_across_growth),
         cmocka_unit_test(url_errors),
     };
     return cmocka_run_group_tests_name("memory idem", tests, NULL, NULL);
