@@ -315,14 +315,16 @@ static void kill_9_loses_nothing(void **state)
     acemq_outbox *ob = open_outbox(f);
     unsigned seed = (unsigned)getpid();
     int kills = 0;
-    /* Lease 2 s: a killed relay's batch is taken over two seconds later. */
+    /* Lease 3 s: a killed relay's batches are taken over three seconds
+     * later, while a live relay, confirming within 1 s, never outlives its
+     * own leases. */
     while (pending(ob) > 0 && kills < 8) {
-        pid_t relay = start_relay(f, "2", "1");
+        pid_t relay = start_relay(f, "3", "1");
         pause_ms(100 + rand_r(&seed) % 400);
         stop_relay(relay, SIGKILL);
         kills++;
     }
-    pid_t relay = start_relay(f, "2", "1");
+    pid_t relay = start_relay(f, "3", "1");
     wait_pending(ob, 0, 300);
     int status = stop_relay(relay, SIGTERM);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -334,10 +336,12 @@ static void kill_9_loses_nothing(void **state)
         if (seen[i] == 0) fail_msg("rec-%ld was lost", i);
         dups += seen[i] - 1;
     }
+    /* What a killed relay had in flight, claimed and not yet marked, is at
+     * most two batches: one being published, and the one before it whose
+     * marks the marker thread is still writing. */
     printf("kill -9: %d kills, %ld messages for %d records, %ld duplicates (bound %d)\n", kills,
-           got, N, dups, kills * BATCH);
-    /* What a killed relay had in flight is at most one batch. */
-    assert_true(dups <= (long)kills * BATCH);
+           got, N, dups, kills * 2 * BATCH);
+    assert_true(dups <= (long)kills * 2 * BATCH);
     acemq_outbox_close(ob);
 }
 
