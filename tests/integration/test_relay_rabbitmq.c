@@ -200,6 +200,24 @@ static void broker(const char *action)
     if (system(cmd) != 0) fail_msg("%s", cmd);
 }
 
+/* Stops the relay with SIGTERM (it must exit 0), reads the queue and fails
+ * on any record that never arrived; returns the duplicates. */
+static long finish_and_count_duplicates(pid_t relay, long n, long *got)
+{
+    int status = stop_relay(relay, SIGTERM);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    int *seen = calloc((size_t)n, sizeof *seen);
+    assert_non_null(seen);
+    *got = drain(n, seen, NULL);
+    long dups = 0;
+    for (long i = 0; i < n; i++) {
+        if (seen[i] == 0) fail_msg("rec-%ld was lost", i);
+        dups += seen[i] - 1;
+    }
+    free(seen);
+    return dups;
+}
+
 /* ------------------------------------------------------------ cases */
 
 static int setup(void **state)
@@ -293,16 +311,7 @@ static void broker_restart_loses_nothing(void **state)
     assert_true(pending(ob) >= HALF);
     broker("resume");
     wait_pending(ob, 0, 300);
-    int status = stop_relay(relay, SIGTERM);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    static int seen[N];
-    memset(seen, 0, sizeof seen);
-    long got = drain(N, seen, NULL);
-    long dups = 0;
-    for (long i = 0; i < N; i++) {
-        if (seen[i] == 0) fail_msg("rec-%ld was lost", i);
-        dups += seen[i] - 1;
-    }
+    long got = 0, dups = finish_and_count_duplicates(relay, N, &got);
     printf("broker restart: %ld messages for %d records (%ld duplicates)\n", got, N, dups);
     acemq_outbox_close(ob);
 }
@@ -326,16 +335,7 @@ static void kill_9_loses_nothing(void **state)
     }
     pid_t relay = start_relay(f, "3", "1");
     wait_pending(ob, 0, 300);
-    int status = stop_relay(relay, SIGTERM);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    static int seen[N];
-    memset(seen, 0, sizeof seen);
-    long got = drain(N, seen, NULL);
-    long dups = 0;
-    for (long i = 0; i < N; i++) {
-        if (seen[i] == 0) fail_msg("rec-%ld was lost", i);
-        dups += seen[i] - 1;
-    }
+    long got = 0, dups = finish_and_count_duplicates(relay, N, &got);
     /* What a killed relay had in flight, claimed and not yet marked, is at
      * most two batches: one being published, and the one before it whose
      * marks the marker thread is still writing. */
