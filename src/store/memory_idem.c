@@ -422,6 +422,13 @@ static int reclaim(shard *s, entry *e, int forgotten, const acemq__claim_args *a
     return ACEMQ_CLAIMED;
 }
 
+/* Keeps the address of a long id's buffer in the id bytes; the entry owns
+ * the buffer from here on, and clear_entry frees it. */
+static void set_long_id(entry *e, unsigned char *buf)
+{
+    memcpy(e->id, &buf, sizeof buf);
+}
+
 /* An entry for id: the spare one (a dropped record) when there is one, else
  * a record from the slab. NULL when out of memory. */
 static entry *new_entry(memory_store *m, shard *s, entry *spare, const acemq__bytes *id)
@@ -444,7 +451,7 @@ static entry *new_entry(memory_store *m, shard *s, entry *spare, const acemq__by
             return NULL;
         }
         memcpy(p, id->data, id->len);
-        memcpy(e->id, &p, sizeof p);
+        set_long_id(e, p);
     }
     e->id_len = (uint16_t)id->len;
     return e;
