@@ -135,7 +135,21 @@ int acemq__outbox_batch_add(acemq_outbox *h, const acemq__outbox_row *row)
     return 0;
 }
 
-static void batch_finish(acemq__outbox_batch *b)
+struct acemq__seq_index {
+    int64_t seq;
+    size_t at;
+};
+
+static int by_seq(const void *a, const void *b)
+{
+    int64_t x = ((const struct acemq__seq_index *)a)->seq;
+    int64_t y = ((const struct acemq__seq_index *)b)->seq;
+    return (x > y) - (x < y);
+}
+
+/* Turns offsets into pointers and puts the batch in seq order: 0 or
+ * ACEMQ_ENOMEM. */
+static int batch_finish(acemq__outbox_batch *b)
 {
     for (size_t i = 0; i < b->n; i++) {
         acemq_outbox_msg *m = &b->msgs[i];
@@ -149,19 +163,33 @@ static void batch_finish(acemq__outbox_batch *b)
         m->last_error = at(b, off[6]);
         m->body = at(b, off[7]);
     }
-    /* Oldest first: UPDATE ... RETURNING hands rows back in no set order.
-     * Insertion sort, since rows mostly come back sorted already. */
-    for (size_t i = 1; i < b->n; i++) {
-        acemq_outbox_msg m = b->msgs[i];
-        int64_t s = b->seqs[i];
-        size_t j = i;
-        for (; j > 0 && b->seqs[j - 1] > s; j--) {
-            b->msgs[j] = b->msgs[j - 1];
-            b->seqs[j] = b->seqs[j - 1];
-        }
-        b->msgs[j] = m;
-        b->seqs[j] = s;
+    /* Oldest first: UPDATE ... RETURNING hands rows back in no set order
+     * (PostgreSQL's in hash order once the plan hashes the picked rows), so
+     * anything but an already sorted batch is sorted in O(n log n). */
+    int sorted = 1;
+    for (size_t i = 1; sorted && i < b->n; i++)
+        sorted = b->seqs[i - 1] <= b->seqs[i];
+    if (sorted) return 0;
+    if (b->order_cap < b->n) {
+        struct acemq__seq_index *o = realloc(b->order, b->n * sizeof *o);
+        if (!o) return ACEMQ_ENOMEM;
+        b->order = o;
+        acemq_outbox_msg *m = realloc(b->sorted, b->n * sizeof *m);
+        if (!m) return ACEMQ_ENOMEM;
+        b->sorted = m;
+        b->order_cap = b->n;
     }
+    for (size_t i = 0; i < b->n; i++) {
+        b->order[i].seq = b->seqs[i];
+        b->order[i].at = i;
+    }
+    qsort(b->order, b->n, sizeof *b->order, by_seq);
+    for (size_t i = 0; i < b->n; i++) {
+        b->sorted[i] = b->msgs[b->order[i].at];
+        b->seqs[i] = b->order[i].seq;
+    }
+    memcpy(b->msgs, b->sorted, b->n * sizeof *b->msgs);
+    return 0;
 }
 
 /* ------------------------------------------------------------ handles */
@@ -239,6 +267,8 @@ void acemq_outbox_close(acemq_outbox *h)
     free(h->batch.msgs);
     free(h->batch.seqs);
     free(h->batch.offs);
+    free(h->batch.order);
+    free(h->batch.sorted);
     free(h);
 }
 
@@ -283,7 +313,11 @@ int acemq_outbox_claim_batch(acemq_outbox *h, size_t max, int64_t lease_ms,
         acemq__outbox_batch_reset(h);
         return rc;
     }
-    batch_finish(&h->batch);
+    rc = batch_finish(&h->batch);
+    if (rc != 0) {
+        acemq__outbox_batch_reset(h);
+        return acemq__outbox_fail(h, rc, "out of memory sorting a batch");
+    }
     *msgs = h->batch.msgs;
     *n = h->batch.n;
     return 0;
@@ -379,7 +413,11 @@ int acemq_outbox_list_dead(acemq_outbox *h, size_t max, const acemq_outbox_msg *
         acemq__outbox_batch_reset(h);
         return rc;
     }
-    batch_finish(&h->batch);
+    rc = batch_finish(&h->batch);
+    if (rc != 0) {
+        acemq__outbox_batch_reset(h);
+        return acemq__outbox_fail(h, rc, "out of memory sorting a batch");
+    }
     *msgs = h->batch.msgs;
     *n = h->batch.n;
     return 0;

@@ -66,6 +66,10 @@ typedef struct acemq__outbox_batch {
     acemq__msg_offsets *offs;
     int64_t *seqs;
     size_t n, msgs_cap;
+    /* Scratch for sorting a batch that came back out of order. */
+    struct acemq__seq_index *order;
+    acemq_outbox_msg *sorted;
+    size_t order_cap;
 } acemq__outbox_batch;
 
 struct acemq_outbox {
