@@ -47,6 +47,26 @@ live_pid() {
     printf '%s\n' "$pid"
 }
 
+# The status line every service prints; 0 when the check answers.
+report_status() {
+    local name=$1 port=$2
+    shift 2
+    if "$@"; then
+        say "$name: running on 127.0.0.1:$port"
+    else
+        say "$name: not running"
+        return 1
+    fi
+}
+
+# A stopped service leaves nothing behind.
+remove_data() {
+    if [ -d "$2" ]; then
+        say "$1: removing $2"
+        rm -rf -- "$2"
+    fi
+}
+
 # --- redis ---------------------------------------------------------------
 
 REDIS_DIR="$SERVICES_DIR/redis"
@@ -107,20 +127,10 @@ svc_redis_stop() {
     else
         say "redis: not running"
     fi
-    if [ -d "$REDIS_DIR" ]; then
-        say "redis: removing $REDIS_DIR"
-        rm -rf -- "$REDIS_DIR"
-    fi
+    remove_data redis "$REDIS_DIR"
 }
 
-svc_redis_status() {
-    if redis_ping; then
-        say "redis: running on 127.0.0.1:$REDIS_PORT"
-    else
-        say "redis: not running"
-        return 1
-    fi
-}
+svc_redis_status() { report_status redis "$REDIS_PORT" redis_ping; }
 
 svc_redis_env() {
     printf 'export ACEMQ_REDIS_PORT=%s\n' "$REDIS_PORT"
@@ -198,20 +208,10 @@ svc_postgres_stop() {
     else
         say "postgres: not running"
     fi
-    if [ -d "$PG_DIR" ]; then
-        say "postgres: removing $PG_DIR"
-        rm -rf -- "$PG_DIR"
-    fi
+    remove_data postgres "$PG_DIR"
 }
 
-svc_postgres_status() {
-    if pg_ready; then
-        say "postgres: running on 127.0.0.1:$PG_PORT"
-    else
-        say "postgres: not running"
-        return 1
-    fi
-}
+svc_postgres_status() { report_status postgres "$PG_PORT" pg_ready; }
 
 svc_postgres_env() {
     printf 'export ACEMQ_PG_PORT=%s\n' "$PG_PORT"
@@ -339,20 +339,10 @@ svc_rabbitmq_stop() {
     if [ -e "$RMQ_DIR/epmd-ours" ] && epmd -kill >/dev/null 2>&1; then
         say "rabbitmq: stopped the epmd it started"
     fi
-    if [ -d "$RMQ_DIR" ]; then
-        say "rabbitmq: removing $RMQ_DIR"
-        rm -rf -- "$RMQ_DIR"
-    fi
+    remove_data rabbitmq "$RMQ_DIR"
 }
 
-svc_rabbitmq_status() {
-    if rmq_ping; then
-        say "rabbitmq: running on 127.0.0.1:$AMQP_PORT"
-    else
-        say "rabbitmq: not running"
-        return 1
-    fi
-}
+svc_rabbitmq_status() { report_status rabbitmq "$AMQP_PORT" rmq_ping; }
 
 svc_rabbitmq_env() {
     printf 'export ACEMQ_AMQP_PORT=%s\n' "$AMQP_PORT"

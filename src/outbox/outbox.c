@@ -296,6 +296,23 @@ static int check_id(acemq_outbox *h, const char *id)
         if (!(h)) return ACEMQ_EINVAL;                                                             \
     } while (0)
 
+/* After a backend filled the batch (rc its answer): pointers and seq order,
+ * then *msgs and *n; on any failure the batch is emptied. */
+static int hand_out(acemq_outbox *h, int rc, const acemq_outbox_msg **msgs, size_t *n)
+{
+    if (rc == 0) {
+        rc = batch_finish(&h->batch);
+        if (rc != 0) rc = acemq__outbox_fail(h, rc, "out of memory sorting a batch");
+    }
+    if (rc != 0) {
+        acemq__outbox_batch_reset(h);
+        return rc;
+    }
+    *msgs = h->batch.msgs;
+    *n = h->batch.n;
+    return 0;
+}
+
 int acemq_outbox_claim_batch(acemq_outbox *h, size_t max, int64_t lease_ms,
                              const acemq_outbox_msg **msgs, size_t *n)
 {
@@ -308,19 +325,7 @@ int acemq_outbox_claim_batch(acemq_outbox *h, size_t max, int64_t lease_ms,
     if (lease_ms <= 0 || lease_ms > 7LL * 24 * 3600 * 1000)
         return acemq__outbox_fail(h, ACEMQ_EINVAL, "lease must be within 1 ms..7 days");
     acemq__outbox_batch_reset(h);
-    int rc = h->methods->claim_batch(h, max, lease_ms, now_of(h));
-    if (rc != 0) {
-        acemq__outbox_batch_reset(h);
-        return rc;
-    }
-    rc = batch_finish(&h->batch);
-    if (rc != 0) {
-        acemq__outbox_batch_reset(h);
-        return acemq__outbox_fail(h, rc, "out of memory sorting a batch");
-    }
-    *msgs = h->batch.msgs;
-    *n = h->batch.n;
-    return 0;
+    return hand_out(h, h->methods->claim_batch(h, max, lease_ms, now_of(h)), msgs, n);
 }
 
 int acemq_outbox_mark_published_batch(acemq_outbox *h, const acemq_outbox_mark *marks, size_t n,
@@ -408,19 +413,7 @@ int acemq_outbox_list_dead(acemq_outbox *h, size_t max, const acemq_outbox_msg *
     if (max == 0 || max > 100000)
         return acemq__outbox_fail(h, ACEMQ_EINVAL, "max must be within 1..100000");
     acemq__outbox_batch_reset(h);
-    int rc = h->methods->list_dead(h, max);
-    if (rc != 0) {
-        acemq__outbox_batch_reset(h);
-        return rc;
-    }
-    rc = batch_finish(&h->batch);
-    if (rc != 0) {
-        acemq__outbox_batch_reset(h);
-        return acemq__outbox_fail(h, rc, "out of memory sorting a batch");
-    }
-    *msgs = h->batch.msgs;
-    *n = h->batch.n;
-    return 0;
+    return hand_out(h, h->methods->list_dead(h, max), msgs, n);
 }
 
 int acemq_outbox_retry(acemq_outbox *h, const char *id)

@@ -50,6 +50,7 @@
 #include "idem/idem_backend.h"
 #include "store/sqlite_busy.h"
 #include "store/sqlite_checkpoint.h"
+#include "store/sqlite_errors.h"
 #include "store/sqlite_idem_internal.h"
 #include "store/sqlite_writer_queue.h"
 
@@ -162,32 +163,10 @@ static int64_t sub_ms(int64_t t, int64_t d)
     return t < INT64_MIN + d ? INT64_MIN : t - d;
 }
 
-static int map_sqlite(int rc)
-{
-    switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-        return ACEMQ_EBUSY;
-    case SQLITE_NOMEM:
-        return ACEMQ_ENOMEM;
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-    case SQLITE_PROTOCOL:
-        return ACEMQ_EIO;
-    default:
-        return ACEMQ_EBACKEND;
-    }
-}
-
 /* Keeps SQLite's own words: they are what an operator can search for. */
 static int sq_fail(acemq_idem *h, sqlite3 *db, int rc)
 {
-    int code = map_sqlite(rc);
+    int code = acemq__sqlite_code(rc);
     sq *s = h->self;
     if (code == ACEMQ_EBUSY && s && s->owns_db)
         return acemq__idem_fail(h, code, "sqlite: %s (still locked after busy_timeout_ms=%d)",
@@ -996,7 +975,7 @@ int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url)
     int src = sqlite3_open_v2(
         path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (src != SQLITE_OK) {
-        rc = acemq__idem_fail(h, map_sqlite(src), "sqlite: cannot open '%s': %s", path,
+        rc = acemq__idem_fail(h, acemq__sqlite_code(src), "sqlite: cannot open '%s': %s", path,
                               db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
         (void)sqlite3_close_v2(db);
         sq_free_state(s);

@@ -19,6 +19,7 @@
 
 #include "acemq/sqlite.h"
 #include "outbox/outbox_backend.h"
+#include "store/sqlite_errors.h"
 
 #define SCHEMA_COMPONENT "outbox"
 #define SCHEMA_VERSION 1
@@ -127,26 +128,9 @@ typedef struct sq {
     int64_t data_version;
 } sq;
 
-static int map_rc(int rc)
-{
-    switch (rc & 0xFF) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-        return ACEMQ_EBUSY;
-    case SQLITE_NOMEM:
-        return ACEMQ_ENOMEM;
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CANTOPEN:
-        return ACEMQ_EIO;
-    default:
-        return ACEMQ_EBACKEND;
-    }
-}
-
 static int sq_fail(acemq_outbox *h, sqlite3 *db, int rc, const char *doing)
 {
-    return acemq__outbox_fail(h, map_rc(rc), "sqlite: %s: %s", doing,
+    return acemq__outbox_fail(h, acemq__sqlite_code(rc), "sqlite: %s: %s", doing,
                               db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
 }
 
@@ -155,7 +139,8 @@ static int exec(acemq_outbox *h, sqlite3 *db, const char *sql)
     char *msg = NULL;
     int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
     if (rc == SQLITE_OK) return 0;
-    int code = acemq__outbox_fail(h, map_rc(rc), "sqlite: %s", msg ? msg : sqlite3_errstr(rc));
+    int code =
+        acemq__outbox_fail(h, acemq__sqlite_code(rc), "sqlite: %s", msg ? msg : sqlite3_errstr(rc));
     sqlite3_free(msg);
     return code;
 }
@@ -207,7 +192,8 @@ int acemq_outbox_add_sqlite(sqlite3 *db, const acemq_outbox_record *r,
                             " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(id) DO NOTHING",
                             -1, &st, NULL);
     if (rc != SQLITE_OK) {
-        int code = strstr(sqlite3_errmsg(db), "no such table") ? ACEMQ_ESCHEMA : map_rc(rc);
+        int code =
+            strstr(sqlite3_errmsg(db), "no such table") ? ACEMQ_ESCHEMA : acemq__sqlite_code(rc);
         (void)acemq__outbox_fail_thread(code,
                                         "sqlite: %s (the outbox table is created by "
                                         "acemq_outbox_open on this database)",
@@ -231,9 +217,11 @@ int acemq_outbox_add_sqlite(sqlite3 *db, const acemq_outbox_record *r,
         else if (rc == SQLITE_DONE)
             rc = 0;
         else
-            rc = acemq__outbox_fail_thread(map_rc(rc), "sqlite: add: %s", sqlite3_errmsg(db));
+            rc = acemq__outbox_fail_thread(acemq__sqlite_code(rc), "sqlite: add: %s",
+                                           sqlite3_errmsg(db));
     } else {
-        rc = acemq__outbox_fail_thread(map_rc(b), "sqlite: add: %s", sqlite3_errmsg(db));
+        rc =
+            acemq__outbox_fail_thread(acemq__sqlite_code(b), "sqlite: add: %s", sqlite3_errmsg(db));
     }
     (void)sqlite3_finalize(st);
     free(headers);
@@ -570,11 +558,11 @@ int acemq__outbox_open_sqlite(acemq_outbox *h, const acemq__url *url)
     int rc = sqlite3_open_v2(
         url->rest, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
-        (void)acemq__outbox_fail(h, map_rc(rc), "sqlite: opening %s: %s", url->rest,
+        (void)acemq__outbox_fail(h, acemq__sqlite_code(rc), "sqlite: opening %s: %s", url->rest,
                                  s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
         sq_close(h);
         h->methods = NULL;
-        return map_rc(rc);
+        return acemq__sqlite_code(rc);
     }
     static const char *const sync_sql[] = {"PRAGMA synchronous=OFF", "PRAGMA synchronous=NORMAL",
                                            "PRAGMA synchronous=FULL"};
