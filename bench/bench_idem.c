@@ -704,7 +704,7 @@ typedef struct result {
 
 static void print_header(void)
 {
-    printf("\n%-22s %-7s %3s %-6s %14s  %-26s %14s %9s  %-16s %s\n", "case", "backend", "thr",
+    printf("\n%-25s %-7s %3s %-6s %14s  %-26s %14s %9s  %-16s %s\n", "case", "backend", "thr",
            "sync", "acemq pairs/s", "peer", "peer pairs/s", "ratio", "target", "met");
 }
 
@@ -741,7 +741,7 @@ static void report(FILE *out, const result *r)
         snprintf(ratio, sizeof ratio, "%.3f", r->value / r->peer_value);
     else
         snprintf(ratio, sizeof ratio, "-");
-    printf("%-22s %-7s %3d %-6s %14s  %-26s %14s %9s  %-16s %s\n", r->name, r->backend, r->threads,
+    printf("%-25s %-7s %3d %-6s %14s  %-26s %14s %9s  %-16s %s\n", r->name, r->backend, r->threads,
            r->sync, v, r->peer, pv, ratio, r->target, met_text(r->target_met, "yes", "NO", "-"));
     fflush(stdout);
 
@@ -802,14 +802,16 @@ static double random_read_ns(size_t bytes)
 static void bench_memory(const config *cfg, FILE *out)
 {
     static const int threads[] = {1, 2};
-    int any = wanted(cfg, "memory/window4k/1t") || wanted(cfg, "memory/batch16/1t") ||
-              wanted(cfg, "memory/batch16/warm/1t");
-    for (size_t k = 0; k < 2; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "memory/%dt", threads[k]);
-        any |= wanted(cfg, name);
-    }
-    if (!any) return;
+    static const char *const batched[] = {"memory/batch16/1t", "memory/batch16/warm/1t",
+                                          "memory/presize/batch16/1t"};
+    static const char *const single[] = {"memory/1t", "memory/2t", "memory/presize/1t",
+                                         "memory/window4k/1t"};
+    int any_batched = 0, any = 0;
+    for (size_t k = 0; k < sizeof batched / sizeof batched[0]; k++)
+        any_batched |= wanted(cfg, batched[k]);
+    for (size_t k = 0; k < sizeof single / sizeof single[0]; k++)
+        any |= wanted(cfg, single[k]);
+    if (!any && !any_batched) return;
     printf("memory: a dependent random read over 32 MiB costs %.0f ns here; over 1 MiB %.0f ns\n",
            random_read_ns((size_t)32 << 20), random_read_ns((size_t)1 << 20));
 
@@ -829,7 +831,7 @@ static void bench_memory(const config *cfg, FILE *out)
         for (int r = 0; r < cfg->reps; r++)
             v[r] = redis_run(&peer, 0, n, cfg->seconds);
         redis = median(v, cfg->reps);
-        if (wanted(cfg, "memory/batch16/1t") || wanted(cfg, "memory/batch16/warm/1t")) {
+        if (any_batched) {
             for (int r = 0; r < cfg->reps; r++)
                 v[r] = redis_run(&peer, 1, n, cfg->seconds);
             redis_pipelined = median(v, cfg->reps);
@@ -869,33 +871,50 @@ static void bench_memory(const config *cfg, FILE *out)
         report(out, &r);
     }
 
-    /* The same new ids as memory/1t, claimed CLAIM_BATCH at a time through
-     * try_claim_many (which prefetches the slots of a batch before it probes
-     * any), each batch then confirmed one id at a time. "warm": the same on a
-     * store that claimed and released those ids before the clock started, so
-     * its tables have grown and its memory is faulted in: the code without
-     * the cost of growing a fresh store (no target: the target is the fresh
-     * store's). */
-    for (int warm = 0; warm < 2; warm++) {
+    /* The same new ids as memory/1t in other ways:
+     *  - batch16: claimed CLAIM_BATCH at a time through try_claim_many (which
+     *    prefetches the slots of a batch before it probes any), each batch
+     *    then confirmed one id at a time;
+     *  - warm: the same on a store that claimed and released those ids before
+     *    the clock started, so its tables have grown and its memory is
+     *    faulted in: the code without the cost of growing a fresh store (no
+     *    target: the target is the fresh store's);
+     *  - presize: a fresh store opened with presize=1, its tables sized for
+     *    max_entries at open, so that it never rehashes. */
+    static const struct variant {
+        const char *name;
+        int batch, warm, presize;
+    } variants[] = {
+        {"memory/batch16/1t", 1, 0, 0},
+        {"memory/batch16/warm/1t", 1, 1, 0},
+        {"memory/presize/1t", 0, 0, 1},
+        {"memory/presize/batch16/1t", 1, 0, 1},
+    };
+    for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++) {
+        const struct variant *x = &variants[k];
         result r;
         memset(&r, 0, sizeof r);
-        snprintf(r.name, sizeof r.name, "memory/batch%d%s/1t", CLAIM_BATCH, warm ? "/warm" : "");
+        snprintf(r.name, sizeof r.name, "%s", x->name);
         if (!wanted(cfg, r.name)) continue;
         acemq_idem_options o;
         acemq_idem_options_init(&o);
         o.max_entries = cfg->mem_ids + cfg->mem_ids / 4 + 16;
         double v[16], share;
         for (int rep = 0; rep < cfg->reps; rep++)
-            v[rep] = acemq_run_with(acemq_batch_pairs, warm, "memory:", &o, 1, 1, cfg->mem_ids, 0,
-                                    &share);
+            v[rep] = acemq_run_with(x->batch ? acemq_batch_pairs : acemq_pairs, x->warm,
+                                    x->presize ? "memory:?presize=1" : "memory:", &o, 1, 1,
+                                    cfg->mem_ids, 0, &share);
         r.backend = "memory";
         r.threads = 1;
         r.sync = "-";
         r.value = median(v, cfg->reps);
-        r.peer = peer.available ? "redis SET NX x16 pipelined" : "redis SET NX (skipped)";
-        r.peer_value = redis_pipelined;
-        r.target = warm ? "-" : ">= 5,000,000/s";
-        r.target_met = warm ? -1 : r.value >= MEMORY_TARGET;
+        if (!peer.available)
+            r.peer = "redis SET NX (skipped)";
+        else
+            r.peer = x->batch ? "redis SET NX x16 pipelined" : "redis SET NX";
+        r.peer_value = x->batch ? redis_pipelined : redis;
+        r.target = x->warm ? "-" : ">= 5,000,000/s";
+        r.target_met = x->warm ? -1 : r.value >= MEMORY_TARGET;
         report(out, &r);
     }
 

@@ -31,6 +31,12 @@ int test_backend_fresh_url(const char *backend, char *url, size_t cap)
         snprintf(url, cap, "memory:");
         return 0;
     }
+    if (strcmp(backend, "memory-presize") == 0) {
+        /* Tables sized for max_entries at open; small enough that the many
+         * stores a suite opens stay cheap. */
+        snprintf(url, cap, "memory:?presize=1&max_entries=65536");
+        return 0;
+    }
     if (strcmp(backend, "sqlite") != 0) return -1;
     const char *tmp = getenv("TMPDIR");
     char templ[512];
@@ -45,10 +51,16 @@ int test_backend_fresh_url(const char *backend, char *url, size_t cap)
     return 0;
 }
 
+const char *test_backend_kind(const char *backend)
+{
+    return strcmp(backend, "memory-presize") == 0 ? "memory" : backend;
+}
+
 const char *test_backend_from_args(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "memory") != 0 && strcmp(argv[1], "sqlite") != 0)) {
-        fprintf(stderr, "usage: %s memory|sqlite\n", argc > 0 ? argv[0] : "test");
+    if (argc < 2 || (strcmp(argv[1], "memory") != 0 && strcmp(argv[1], "memory-presize") != 0 &&
+                     strcmp(argv[1], "sqlite") != 0)) {
+        fprintf(stderr, "usage: %s memory|memory-presize|sqlite\n", argc > 0 ? argv[0] : "test");
         exit(2);
     }
     return argv[1];

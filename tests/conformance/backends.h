@@ -5,10 +5,14 @@
 #include <stddef.h>
 #include "acemq/idem.h"
 
-/* Writes a URL naming a new, empty store of backend ("memory" or "sqlite")
+/* Writes a URL naming a new, empty store of backend ("memory", "memory-presize"
+ * (tables sized at open) or "sqlite")
  * into url. SQLite files go to a fresh temporary folder that is removed at
  * exit. Returns 0, or -1 for an unknown backend name. */
 int test_backend_fresh_url(const char *backend, char *url, size_t cap);
+
+/* The name acemq_idem_backend() reports for a store of backend. */
+const char *test_backend_kind(const char *backend);
 
 /* Backend name from argv[1], or exits with a usage message. */
 const char *test_backend_from_args(int argc, char **argv);

@@ -41,7 +41,7 @@ static int open_fixture(void **state, int64_t lease, int64_t retention)
     o.synchronous = ACEMQ_SYNC_NORMAL;
     int rc = acemq_idem_open(&f->store, f->url, &o);
     if (rc != 0) fail_msg("open %s: %s", f->url, acemq_strerror(rc));
-    assert_string_equal(acemq_idem_backend(f->store), backend);
+    assert_string_equal(acemq_idem_backend(f->store), test_backend_kind(backend));
     *state = f;
     return 0;
 }
@@ -742,7 +742,7 @@ static void open_errors(void **state)
     char url[512];
     assert_int_equal(test_backend_fresh_url(backend, url, sizeof url), 0);
     char bad[600];
-    snprintf(bad, sizeof bad, "%s?no_such_param=1", url);
+    snprintf(bad, sizeof bad, "%s%sno_such_param=1", url, strchr(url, '?') ? "&" : "?");
     assert_int_equal(acemq_idem_open(&h, bad, NULL), ACEMQ_EURL);
     assert_non_null(strstr(acemq_idem_errmsg(NULL), "no_such_param"));
     acemq_idem_options o;

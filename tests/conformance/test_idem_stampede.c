@@ -133,7 +133,7 @@ static void stampede(int batched)
     shared = NULL;
     assert_int_equal(acemq_manual_clock_new(&clock_, 1700000000000LL), 0);
     assert_int_equal(test_backend_fresh_url(backend, url, sizeof url), 0);
-    int per_thread_handles = strcmp(backend, "memory") != 0;
+    int per_thread_handles = strcmp(backend, "sqlite") == 0;
     if (!per_thread_handles) shared = open_store();
 
     pthread_t threads[THREADS];

@@ -124,10 +124,9 @@ static void expired_confirmations_make_room_first(void **state)
 }
 
 /* A big store spreads over shards; the bound still holds in sum. */
-static void sharded_bound_holds(void **state)
+static void check_sharded_bound(const char *url)
 {
-    (void)state;
-    fixture *f = open_bounded("memory:?max_entries=65536");
+    fixture *f = open_bounded(url);
     acemq_claim c;
     enum { N = 100000 };
     for (int i = 0; i < N; i++) {
@@ -146,6 +145,20 @@ static void sharded_bound_holds(void **state)
     assert_int_equal(remembered, N - (int)s.evictions);
     assert_true(remembered <= 65536);
     close_fixture(f);
+}
+
+static void sharded_bound_holds(void **state)
+{
+    (void)state;
+    check_sharded_bound("memory:?max_entries=65536");
+}
+
+/* Tables sized for max_entries at open: the same bound, with no doubling on
+ * the way to it (and none needed past it). */
+static void presized_bound_holds(void **state)
+{
+    (void)state;
+    check_sharded_bound("memory:?max_entries=65536&presize=1");
 }
 
 /* Ids on both sides of the in-entry limit (21 bytes) and the longest, through
@@ -285,6 +298,9 @@ static void url_errors(void **state)
     assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=0", NULL), ACEMQ_EURL);
     assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=abc", NULL), ACEMQ_EURL);
     assert_int_equal(acemq_idem_open(&h, "memory:/some/path", NULL), ACEMQ_EURL);
+    assert_int_equal(acemq_idem_open(&h, "memory:?presize=2", NULL), ACEMQ_EURL);
+    assert_int_equal(acemq_idem_open(&h, "memory:?presize=yes", NULL), ACEMQ_EURL);
+    assert_int_equal(acemq_idem_open(&h, "memory:?presize=", NULL), ACEMQ_EURL);
     assert_null(h);
 }
 
@@ -295,6 +311,7 @@ int main(void)
         cmocka_unit_test(live_claims_are_never_evicted),
         cmocka_unit_test(expired_confirmations_make_room_first),
         cmocka_unit_test(sharded_bound_holds),
+        cmocka_unit_test(presized_bound_holds),
         cmocka_unit_test(short_and_long_ids),
         cmocka_unit_test(reused_records_start_clean),
         cmocka_unit_test(batch_on_a_full_store),
