@@ -7,6 +7,9 @@
  * exactly `size` bytes, so ASan sees any over-read). A check must answer a
  * result for a well-formed id and ACEMQ_EINVAL for any other, and an id
  * answered NEW or DUPLICATE is a DUPLICATE when checked again at once.
+ * The input cut at '\n' into ids is also checked as one batch
+ * (acemq_audit_check_many) on one audit and one id at a time on its twin:
+ * every answer and cause must be the same.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -44,6 +47,9 @@ static int reference(const char *id, size_t len, const char **producer, size_t *
 /* Small audits, so that producers are evicted and windows slide often; one
  * of each policy and flavour, kept across inputs like a long-lived audit. */
 static acemq_audit *g_audit[3];
+/* The batch's audit and its one-id-at-a-time twin, thread-safe or not. */
+static acemq_audit *g_many[2], *g_one[2];
+enum { MAX_LINES = 256 };
 
 static void make_audits(void)
 {
@@ -62,6 +68,35 @@ static void make_audits(void)
         o.policy = kinds[i].policy;
         o.flags = kinds[i].flags;
         if (acemq_audit_new(&g_audit[i], &o) != 0) abort();
+        if (i > 0) {
+            if (acemq_audit_new(&g_many[i - 1], &o) != 0) abort();
+            if (acemq_audit_new(&g_one[i - 1], &o) != 0) abort();
+        }
+    }
+}
+
+/* The input's lines through the batch entry point and one by one. */
+static void check_lines(const char *data, size_t size)
+{
+    const char *ids[MAX_LINES];
+    size_t lens[MAX_LINES];
+    size_t n = 0;
+    for (size_t at = 0; at <= size && n < MAX_LINES;) {
+        const char *nl = memchr(data + at, '\n', size - at);
+        size_t len = nl ? (size_t)(nl - (data + at)) : size - at;
+        ids[n] = data + at;
+        lens[n] = len;
+        n++;
+        at += len + 1;
+    }
+    int results[MAX_LINES], causes[MAX_LINES];
+    for (int f = 0; f < 2; f++) {
+        if (acemq_audit_check_many(g_many[f], ids, lens, n, results, causes) != 0) abort();
+        for (size_t i = 0; i < n; i++) {
+            int cause = -1;
+            int r = acemq_audit_check(g_one[f], ids[i], lens[i], &cause);
+            if (r != results[i] || cause != causes[i]) abort();
+        }
     }
 }
 
@@ -69,6 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!g_audit[0]) make_audits();
     const char *id = (const char *)data;
+    check_lines(id, size);
 
     acemq_audit_id got;
     int rc = acemq_audit_parse_id(id, size, &got);

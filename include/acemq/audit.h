@@ -129,6 +129,21 @@ ACEMQ_EXTERN int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len
 ACEMQ_EXTERN int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_len,
                                        uint64_t sequence, int *cause);
 
+/* Checks n ids in order, exactly as n calls of acemq_audit_check would
+ * (same answers, causes, counters and recency), and writes the i-th answer
+ * (an acemq_audit_result, or a negative error for that id alone) to
+ * results[i] and its cause to causes[i] (causes may be NULL). For a caller
+ * that holds a batch of messages, e.g. a consumer's prefetched deliveries:
+ * what a call costs on entry is paid once per batch (docs/audit.md). 0, or
+ * ACEMQ_EINVAL when a is NULL, or n > 0 and ids, id_lens or results is NULL
+ * (nothing then checked). */
+ACEMQ_EXTERN int acemq_audit_check_many(acemq_audit *a, const char *const *ids,
+                                        const size_t *id_lens, size_t n, int *results, int *causes);
+/* The same with the ids already split, as acemq_audit_check_seq. */
+ACEMQ_EXTERN int acemq_audit_check_seq_many(acemq_audit *a, const void *const *producers,
+                                            const size_t *producer_lens, const uint64_t *sequences,
+                                            size_t n, int *results, int *causes);
+
 /* Forgets that the id was seen, so a delivery that failed can pass again: 1
  * when its bit was set and is now clear, 0 when the audit had no record of it
  * (not seen, producer not remembered, or outside the window), negative on error. */

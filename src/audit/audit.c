@@ -3,10 +3,10 @@
  * thread-safe flavour, its own lock.
  *
  * The single-thread flavour is one shard and takes no lock: the commonest
- * check (check_fast) is a parse of the id's last eight bytes, a two-multiply
- * hash of the producer, one slot of an open-addressed table, a key compare
- * and a bit test-and-set, straight-line, with no allocation once the
- * producer is known; everything else goes to the general check. The
+ * check (check_fast) is a parse of the id's last eight bytes, a one-multiply
+ * hash of the producer (audit_key.h), one slot of an open-addressed table, a
+ * key compare and a bit test-and-set, straight-line, with no allocation once
+ * the producer is known; everything else goes to the general check. The
  * thread-safe flavour picks a shard by the hash's top bits and holds only
  * that shard's lock, so checks on producers in different shards never wait
  * for each other.
@@ -18,23 +18,14 @@
  * at most max_producers + shards - 1 windows are held. Counters live in the
  * shard, under its lock, so they cost no atomic operation.
  */
-#if defined(__linux__)
-#define _DEFAULT_SOURCE /* syscall() */
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-/* Inlined: producers are short, and the call into the shared library costs
- * more than hashing them. */
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "audit/audit_internal.h"
+#include "audit/audit_key.h"
 #include "audit/id_parse.h"
+#include "core/shard_lock.h"
 
 #define DEFAULT_DEPTH 2048
 #define DEFAULT_PRODUCERS 64
@@ -43,11 +34,16 @@
 /* The default memory of evictions stops growing at 8 MiB. */
 #define DEFAULT_GHOSTS_MAX ((size_t)1 << 20)
 
-/* A producer: recency, key, window header and ring in one 64-byte aligned
- * allocation. The first cache line holds what a check reads and writes
- * (recency, top, floor, start, the ring's address); the second the lengths
- * and the key (up to 56 bytes of it); then the ring. A check reads those two
- * lines and one ring word, and writes only the first line and the word.
+/* A producer: ring, recency, window header and key in one 64-byte aligned
+ * allocation. The ring comes first, padded so that the header starts a cache
+ * line; the header's first line holds what a check reads and writes
+ * (recency, top, floor, start); the second the lengths and the key (up to 56
+ * bytes of it). A check reads those two lines and one ring word, and writes
+ * only the first line and the word. The ring ends where the header begins,
+ * at an offset that is the same for every producer of an audit, so the
+ * check finds its word from the producer's address and the sequence alone:
+ * with the ring after a key of varying room, it had first to load w.bits
+ * (still set, for window.c), one more dependent load on every check.
  *
  * Recency, two ways, one order. A small audit (max_producers up to
  * STAMP_MAX) stamps each use with the shard's clock, and eviction takes the
@@ -72,7 +68,7 @@ typedef struct entry {
     };
     acemq__window w;
     /* The second line from here: the lengths, then the key. */
-    uint32_t key_len, key_cap; /* key_cap: a multiple of 16, so the ring is 8-aligned */
+    uint32_t key_len, key_cap; /* key_cap: a multiple of 16, at least MIN_KEY_CAP */
     unsigned char key[];
 } entry;
 
@@ -96,99 +92,15 @@ static size_t table_spread(size_t producers)
 }
 
 #define MIN_KEY_CAP 64 /* room for an ActiveMQ producer id and then some */
+/* same_key reads the 17-32 byte class as words or 16-byte vectors ending at
+ * the key's end, inside the key's room for any such key. */
+_Static_assert(MIN_KEY_CAP >= 32, "a 17-32 byte key must fit the room its compare reads");
 /* Audits of up to this many producers keep recency by stamps (above): an
  * eviction then scans at most STAMP_MAX + shards - 1 producers of a shard. */
 #define STAMP_MAX 256
 
-/* ---- the shard lock ----
- *
- * On Linux, a three-state futex lock (Drepper, "Futexes are tricky", mutex
- * 3): 0 free, 1 held, 2 held and maybe waited for. Taking a free lock is one
- * compare-and-swap and giving it back one exchange, both inline on the check
- * path, where pthread_mutex_lock and _unlock are two calls into libc doing
- * the same two atomic operations behind a test of the mutex's type. A
- * waiter spins briefly, then sleeps in the kernel on the word. Acquire and
- * release orders on the word carry the happens-before edges (which
- * ThreadSanitizer sees as such). Elsewhere, a pthread mutex. */
-#if defined(__linux__)
-typedef struct shard_lock {
-    atomic_uint word;
-} shard_lock;
-
-static int lock_init(shard_lock *l)
-{
-    atomic_init(&l->word, 0);
-    return 0;
-}
-
-static void lock_destroy(shard_lock *l)
-{
-    (void)l;
-}
-
-static void futex(atomic_uint *word, int op, unsigned val)
-{
-    (void)syscall(SYS_futex, (unsigned *)word, op, val, NULL, NULL, 0);
-}
-
-static __attribute__((noinline)) void lock_wait(shard_lock *l)
-{
-    for (int spin = 0; spin < 64; spin++) {
-        unsigned c = atomic_load_explicit(&l->word, memory_order_relaxed);
-        if (c == 0 && atomic_compare_exchange_weak_explicit(&l->word, &c, 1, memory_order_acquire,
-                                                            memory_order_relaxed))
-            return;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    }
-    /* From here the lock is marked waited for (2) whenever we take it, so
-     * that whoever gives it back wakes the next sleeper. */
-    while (atomic_exchange_explicit(&l->word, 2, memory_order_acquire) != 0)
-        futex(&l->word, FUTEX_WAIT_PRIVATE, 2);
-}
-
-static inline void lock_take(shard_lock *l)
-{
-    unsigned c = 0;
-    if (!atomic_compare_exchange_strong_explicit(&l->word, &c, 1, memory_order_acquire,
-                                                 memory_order_relaxed))
-        lock_wait(l);
-}
-
-static inline void lock_give(shard_lock *l)
-{
-    if (atomic_exchange_explicit(&l->word, 0, memory_order_release) == 2)
-        futex(&l->word, FUTEX_WAKE_PRIVATE, 1);
-}
-#else
-typedef struct shard_lock {
-    pthread_mutex_t m;
-} shard_lock;
-
-static int lock_init(shard_lock *l)
-{
-    return pthread_mutex_init(&l->m, NULL) == 0 ? 0 : ACEMQ_ENOMEM;
-}
-
-static void lock_destroy(shard_lock *l)
-{
-    pthread_mutex_destroy(&l->m);
-}
-
-static inline void lock_take(shard_lock *l)
-{
-    pthread_mutex_lock(&l->m);
-}
-
-static inline void lock_give(shard_lock *l)
-{
-    pthread_mutex_unlock(&l->m);
-}
-#endif
-
 typedef struct shard {
-    shard_lock lock;
+    acemq__shard_lock lock;
     slot *slots;
     size_t mask; /* slots - 1 */
     size_t count;
@@ -213,6 +125,10 @@ struct acemq_audit {
     int locked;
     int lost_history; /* every unseen producer may have been seen: see acemq__audit_new_lost */
     int stamped;      /* recency by stamps, not by list (see entry) */
+    /* Neither locked nor by list: the flavour whose fast check is inline in
+     * the entry points, told apart by one test instead of two. */
+    int plain;
+    size_t ring_pad; /* bytes from a producer's allocation to its header: the ring, padded */
     unsigned shard_bits;
     unsigned nshards;
     unsigned mutexes;        /* shard locks initialised, for destroy() */
@@ -267,15 +183,27 @@ static int table_init(shard *s)
     return 0;
 }
 
-static void table_destroy(shard *s, int stamped)
+/* Frees a producer's one allocation, which begins ring_pad bytes before it. */
+static void entry_free(size_t ring_pad, entry *p)
+{
+    if (p) free((unsigned char *)p - ring_pad);
+}
+
+/* The producer's ring: the words just before its header. */
+static inline uint64_t *entry_ring(const acemq__window_shape *sh, entry *p)
+{
+    return (uint64_t *)(void *)p - sh->words;
+}
+
+static void table_destroy(shard *s, int stamped, size_t ring_pad)
 {
     if (stamped) {
         for (size_t i = 0; i < s->count; i++)
-            free(s->dense[i].p);
+            entry_free(ring_pad, s->dense[i].p);
     } else {
         for (entry *p = s->head, *next; p; p = next) {
             next = p->next;
-            free(p);
+            entry_free(ring_pad, p);
         }
     }
     free(s->dense);
@@ -284,105 +212,6 @@ static void table_destroy(shard *s, int stamped)
     s->slots = NULL;
     s->head = s->tail = NULL;
     s->count = 0;
-}
-
-static inline uint64_t word_at(const unsigned char *p)
-{
-    uint64_t x;
-    memcpy(&x, p, 8);
-    return x;
-}
-
-/* Multiplies to 128 bits and folds the halves: every bit of both inputs
- * reaches the middle of the product (wyhash's mix). */
-static inline uint64_t fold_mul(uint64_t a, uint64_t b)
-{
-#if defined(__SIZEOF_INT128__)
-    __uint128_t m = (__uint128_t)a * b;
-    return (uint64_t)m ^ (uint64_t)(m >> 64);
-#else
-    /* Four 32-bit products, as compilers without a 128-bit type would. */
-    uint64_t lo_lo = (a & 0xFFFFFFFFu) * (b & 0xFFFFFFFFu);
-    uint64_t hi_lo = (a >> 32) * (b & 0xFFFFFFFFu);
-    uint64_t lo_hi = (a & 0xFFFFFFFFu) * (b >> 32);
-    uint64_t hi_hi = (a >> 32) * (b >> 32);
-    uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xFFFFFFFFu) + lo_hi;
-    uint64_t high = (hi_lo >> 32) + (cross >> 32) + hi_hi;
-    return ((cross << 32) | (lo_lo & 0xFFFFFFFFu)) ^ high;
-#endif
-}
-
-/* The table's hash. Producers of 9 to 32 bytes (the common ActiveMQ shape
- * is 30 or so) are read as two or four overlapping words, which cover every
- * byte, and mixed with one or two multiplications: well under half of what
- * XXH3 spends on them, and the lookup compares the same words again. Other
- * lengths take XXH3. A key always has one length, hence one function: the
- * hash is a function of the key. The hash decides nothing but where to look
- * (the key is compared), and the shard; the memory of evictions keys on
- * XXH3 (ghost_hash), unchanged. */
-#define K0 0xa0761d6478bd642full
-#define K1 0xe7037ed1a0b428dbull
-#define K2 0x8ebc6af09c88c6e3ull
-#define K3 0x589965cc75374cc3ull
-
-/* Length classes: the check path tests a producer's length once and runs a
- * copy of the lookup made for its class, in which hash and comparison are
- * straight-line code. */
-enum { KEY_ANY, KEY_9_16, KEY_17_32 };
-
-static inline __attribute__((always_inline)) uint64_t key_hash_in(int cls, const unsigned char *k,
-                                                                  size_t n)
-{
-    uint64_t h;
-    if (cls == KEY_9_16)
-        h = fold_mul(word_at(k) ^ K0, word_at(k + n - 8) ^ K1 ^ n);
-    else if (cls == KEY_17_32)
-        h = fold_mul(word_at(k) ^ K0, word_at(k + 8) ^ K1 ^ n) ^
-            fold_mul(word_at(k + n - 16) ^ K2, word_at(k + n - 8) ^ K3);
-    else
-        h = XXH3_64bits(k, n);
-    return h;
-}
-
-static inline int key_class(size_t n)
-{
-    return n - 17 <= 15 ? KEY_17_32 : n - 9 <= 7 ? KEY_9_16 : KEY_ANY;
-}
-
-static inline __attribute__((always_inline)) uint64_t key_hash(const unsigned char *k, size_t n)
-{
-    int cls = key_class(n);
-    if (cls == KEY_17_32) return key_hash_in(KEY_17_32, k, n);
-    if (cls == KEY_9_16) return key_hash_in(KEY_9_16, k, n);
-    return key_hash_in(KEY_ANY, k, n);
-}
-
-static inline uint64_t ghost_hash(const void *k, size_t n)
-{
-    return XXH3_64bits(k, n);
-}
-
-/* Keys are short: compared a word at a time, inline, with no byte loop for
- * 8 bytes or more (the last word overlaps the one before), and with no
- * branch at all in the 9-16 and 17-32 byte classes. */
-static inline __attribute__((always_inline)) int same_key(int cls, const unsigned char *a,
-                                                          const unsigned char *b, size_t n)
-{
-    if (cls == KEY_9_16)
-        return ((word_at(a) ^ word_at(b)) | (word_at(a + n - 8) ^ word_at(b + n - 8))) == 0;
-    if (cls == KEY_17_32)
-        return ((word_at(a) ^ word_at(b)) | (word_at(a + 8) ^ word_at(b + 8)) |
-                (word_at(a + n - 16) ^ word_at(b + n - 16)) |
-                (word_at(a + n - 8) ^ word_at(b + n - 8))) == 0;
-    if (n >= 8) {
-        size_t last = n - 8;
-        for (size_t i = 0; i < last; i += 8)
-            if (word_at(a + i) != word_at(b + i)) return 0;
-        return word_at(a + last) == word_at(b + last);
-    }
-    for (; n > 0; n--)
-        if (*a++ != *b++) return 0;
-    return 1;
 }
 
 /* The producer with this key, or NULL. */
@@ -551,9 +380,9 @@ static void destroy(acemq_audit *a)
 {
     for (unsigned i = 0; a->shards && i < a->nshards; i++) {
         shard *s = &a->shards[i];
-        table_destroy(s, a->stamped);
+        table_destroy(s, a->stamped, a->ring_pad);
         acemq__ghosts_destroy(&s->ghosts);
-        if (i < a->mutexes) lock_destroy(&s->lock);
+        if (i < a->mutexes) acemq__shard_lock_destroy(&s->lock);
     }
     if (a->shards != &a->one) free(a->shards);
     free(a);
@@ -573,11 +402,13 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     acemq_audit *a = calloc(1, sizeof *a);
     if (!a) return ACEMQ_ENOMEM;
     acemq__window_shape_init(&a->shape, opts.depth);
+    a->ring_pad = (acemq__window_size(&a->shape) + 63) & ~(size_t)63;
     a->max_producers = opts.max_producers;
     a->policy = opts.policy;
     a->lost_history = lost_history != 0;
     a->stamped = opts.max_producers <= STAMP_MAX;
     a->locked = (opts.flags & ACEMQ_AUDIT_THREAD_SAFE) != 0;
+    a->plain = !a->locked && a->stamped;
     a->nshards = acemq__audit_shards(&opts, &a->shard_bits);
     atomic_init(&a->producers, 0);
     size_t ghosts = (size_t)opts.max_producers * GHOSTS_PER_PRODUCER;
@@ -598,7 +429,7 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     for (unsigned i = 0; i < a->nshards; i++) {
         shard *s = &a->shards[i];
         if (a->locked) {
-            rc = lock_init(&s->lock);
+            rc = acemq__shard_lock_init(&s->lock) == 0 ? 0 : ACEMQ_ENOMEM;
             if (rc == 0) a->mutexes++;
         }
         if (rc == 0) rc = table_init(s);
@@ -630,12 +461,12 @@ static inline shard *shard_for(acemq_audit *a, uint64_t hash)
 
 static inline void lock(acemq_audit *a, shard *s)
 {
-    if (a->locked) lock_take(&s->lock);
+    if (a->locked) acemq__shard_lock_take(&s->lock);
 }
 
 static inline void unlock(acemq_audit *a, shard *s)
 {
-    if (a->locked) lock_give(&s->lock);
+    if (a->locked) acemq__shard_lock_give(&s->lock);
 }
 
 /* A producer for a key not in the table, most recent in the LRU, its window
@@ -658,7 +489,7 @@ static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, si
         if (acemq__ghosts_put(&s->ghosts, ghost_hash(p->key, p->key_len))) s->stats.forgotten++;
         /* The evicted producer's place in the count passes to the newcomer. */
         if (p->key_cap < len) {
-            free(p);
+            entry_free(a->ring_pad, p);
             p = NULL;
         }
     } else {
@@ -666,18 +497,21 @@ static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, si
     }
     if (!p) {
         size_t cap = len < MIN_KEY_CAP ? MIN_KEY_CAP : (len + 15) & ~(size_t)15;
-        size_t bytes = sizeof *p + cap + acemq__window_size(&a->shape);
-        p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        if (!p) {
+        size_t bytes = a->ring_pad + ((sizeof *p + cap + 63) & ~(size_t)63);
+        unsigned char *base = aligned_alloc(64, bytes);
+        if (!base) {
             atomic_fetch_sub_explicit(&a->producers, 1, memory_order_relaxed);
             return NULL;
         }
+        p = (entry *)(void *)(base + a->ring_pad);
         p->key_cap = (uint32_t)cap;
+        /* base lives on as p, ring_pad bytes in; entry_free gives it back. */
+        // cppcheck-suppress memleak
     }
     p->hash = hash;
     p->key_len = (uint32_t)len;
     memcpy(p->key, key, len);
-    p->w.bits = (uint64_t *)(void *)(p->key + p->key_cap);
+    p->w.bits = entry_ring(&a->shape, p);
     table_put(s->slots, s->mask, p);
     recency_add(a->stamped, s, p);
     s->count++;
@@ -722,7 +556,7 @@ static __attribute__((noinline)) int check_newcomer(acemq_audit *a, shard *s, ui
     return answer(a, s, ACEMQ_AUDIT_UNKNOWN, *cause);
 }
 
-/* A sequence the window's fast path did not take (see acemq__window_check_fast). */
+/* A sequence the window's fast path did not take (see acemq__window_check_fast_at). */
 static __attribute__((noinline)) int check_slow(acemq_audit *a, shard *s, entry *p, uint64_t seq,
                                                 int *cause)
 {
@@ -745,7 +579,7 @@ check_in(int cls, int locked, acemq_audit *a, const void *key, size_t len, uint6
 {
     uint64_t hash = key_hash_in(cls, key, len);
     shard *s = locked ? shard_for(a, hash) : a->shards;
-    if (locked) lock_take(&s->lock);
+    if (locked) acemq__shard_lock_take(&s->lock);
     int rc;
     entry *p = table_find_in(cls, s, hash, key, len);
     if (__builtin_expect(p == NULL, 0)) {
@@ -754,13 +588,15 @@ check_in(int cls, int locked, acemq_audit *a, const void *key, size_t len, uint6
         if (cause) *cause = c;
     } else {
         touch(a->stamped, s, p);
-        if (__builtin_expect(acemq__window_check_fast(&p->w, &a->shape, seq, &rc), 1)) {
+        if (__builtin_expect(
+                acemq__window_check_fast_at(&p->w, entry_ring(&a->shape, p), &a->shape, seq, &rc),
+                1)) {
             s->answered[rc]++;
         } else {
             rc = check_slow(a, s, p, seq, cause);
         }
     }
-    if (locked) lock_give(&s->lock);
+    if (locked) acemq__shard_lock_give(&s->lock);
     return rc;
 }
 
@@ -798,36 +634,40 @@ static __attribute__((noinline)) int check_general(acemq_audit *a, const void *k
  * needs few registers: check_split (one function for every case) spills
  * and saves more per id. The thread-safe copy holds the shard's lock from
  * the lookup to the last write, and gives it back before leaving. */
-static inline __attribute__((always_inline)) int
-check_fast(int locked, acemq_audit *a, const void *key, size_t len, uint64_t seq, int *cause)
+static inline __attribute__((always_inline)) int check_fast(int locked, int stamped, acemq_audit *a,
+                                                            const void *key, size_t len,
+                                                            uint64_t seq, int *cause)
 {
     uint64_t hash = key_hash_in(KEY_17_32, key, len);
     shard *s = locked ? shard_for(a, hash) : &a->one;
-    if (locked) lock_take(&s->lock);
+    if (locked) acemq__shard_lock_take(&s->lock);
     size_t i = (size_t)hash & s->mask;
     entry *p = s->slots[i].p;
     /* One more slot inline: a producer displaced by one is common enough
      * (a few percent of them) to stay off the general path. */
     if (__builtin_expect(p != NULL && p->hash != hash, 0)) p = s->slots[(i + 1) & s->mask].p;
     int rc;
-    if (__builtin_expect(p == NULL || p->hash != hash || p->key_len != len ||
-                             !same_key(KEY_17_32, p->key, key, len) ||
-                             !acemq__window_check_fast(&p->w, &a->shape, seq, &rc),
-                         0)) {
-        if (locked) lock_give(&s->lock);
+    if (__builtin_expect(
+            p == NULL || p->hash != hash || p->key_len != len ||
+                !same_key(KEY_17_32, p->key, key, len) ||
+                !acemq__window_check_fast_at(&p->w, entry_ring(&a->shape, p), &a->shape, seq, &rc),
+            0)) {
+        if (locked) acemq__shard_lock_give(&s->lock);
         return check_general(a, key, len, seq, cause);
     }
-    touch(a->stamped, s, p);
+    touch(stamped < 0 ? a->stamped : stamped, s, p);
     s->answered[rc]++;
-    if (locked) lock_give(&s->lock);
+    if (locked) acemq__shard_lock_give(&s->lock);
     if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
     return rc;
 }
 
-static __attribute__((noinline)) int check_fast_locked(acemq_audit *a, const void *key, size_t len,
-                                                       uint64_t seq, int *cause)
+/* The fast check of every flavour but the plain one (see acemq_audit.plain). */
+static __attribute__((noinline)) int check_fast_other(acemq_audit *a, const void *key, size_t len,
+                                                      uint64_t seq, int *cause)
 {
-    return check_fast(1, a, key, len, seq, cause);
+    if (a->locked) return check_fast(1, -1, a, key, len, seq, cause);
+    return check_fast(0, 0, a, key, len, seq, cause);
 }
 
 /* Both entry points: the single-thread fast copy inline, the rest a call. */
@@ -836,8 +676,8 @@ static inline __attribute__((always_inline)) int check_entry(acemq_audit *a, con
 {
     if (__builtin_expect(!a || !key || len - 17 > 15, 0))
         return check_general(a, key, len, seq, cause);
-    if (a->locked) return check_fast_locked(a, key, len, seq, cause);
-    return check_fast(0, a, key, len, seq, cause);
+    if (!a->plain) return check_fast_other(a, key, len, seq, cause);
+    return check_fast(0, 1, a, key, len, seq, cause);
 }
 
 int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_len,
@@ -859,6 +699,93 @@ int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
     int rc = acemq__audit_split(id, id_len, &p);
     if (rc != 0) return rc;
     return check_general(a, p.producer, p.producer_len, p.sequence, cause);
+}
+
+/* ---- many ids in one call ----
+ *
+ * The check is bound by the instructions it runs (about 150 for a text id:
+ * parse, hash, compare, window, recency, counters), not by waiting on
+ * memory: the 64 producers' table, headers and ring words stay in cache,
+ * and a version that parsed and hashed a block of ids ahead and prefetched
+ * their slots, producers and ring words was slower (more instructions, no
+ * miss left to hide). What a call per id costs on top is its entry: saving
+ * and restoring six registers, testing the audit's flavour, reloading the
+ * table's address. A loop inside the audit pays those once per batch and
+ * runs the same inline check per id, in order, so every answer, cause,
+ * counter and recency update is the one the calls would have made. */
+
+/* Where the ids come from: text ids, or split ones. */
+typedef struct many_src {
+    const char *const *ids;
+    const size_t *id_lens;
+    const void *const *producers;
+    const size_t *producer_lens;
+    const uint64_t *seqs;
+} many_src;
+
+static inline __attribute__((always_inline)) int check_many_in(int text, int locked, acemq_audit *a,
+                                                               const many_src *src, size_t n,
+                                                               int *results, int *causes)
+{
+    for (size_t i = 0; i < n; i++) {
+        int *cause = causes ? &causes[i] : NULL;
+        const void *key;
+        size_t len = 0;
+        uint64_t seq = 0;
+        int ok;
+        if (text) {
+            key = src->ids[i];
+#ifdef ACEMQ__AUDIT_SWAR
+            ok = acemq__audit_split_fast(src->ids[i], src->id_lens[i], &len, &seq);
+#else
+            ok = 0;
+#endif
+        } else {
+            key = src->producers[i];
+            len = src->producer_lens[i];
+            seq = src->seqs[i];
+            ok = key != NULL;
+        }
+        /* Whatever the straight-line check does not take goes through the
+         * one-id entry point, which answers it in full. */
+        int rc;
+        if (__builtin_expect(ok && len - 17 <= 15, 1))
+            rc = check_fast(locked, -1, a, key, len, seq, cause);
+        else if (text)
+            rc = acemq_audit_check(a, src->ids[i], src->id_lens[i], cause);
+        else
+            rc = acemq_audit_check_seq(a, key, len, seq, cause);
+        results[i] = rc;
+    }
+    return 0;
+}
+
+static __attribute__((noinline)) int check_many_locked(int text, acemq_audit *a,
+                                                       const many_src *src, size_t n, int *results,
+                                                       int *causes)
+{
+    if (text) return check_many_in(1, 1, a, src, n, results, causes);
+    return check_many_in(0, 1, a, src, n, results, causes);
+}
+
+int acemq_audit_check_many(acemq_audit *a, const char *const *ids, const size_t *id_lens, size_t n,
+                           int *results, int *causes)
+{
+    if (!a || (n > 0 && (!ids || !id_lens || !results))) return ACEMQ_EINVAL;
+    many_src src = {ids, id_lens, NULL, NULL, NULL};
+    if (a->locked) return check_many_locked(1, a, &src, n, results, causes);
+    return check_many_in(1, 0, a, &src, n, results, causes);
+}
+
+int acemq_audit_check_seq_many(acemq_audit *a, const void *const *producers,
+                               const size_t *producer_lens, const uint64_t *sequences, size_t n,
+                               int *results, int *causes)
+{
+    if (!a || (n > 0 && (!producers || !producer_lens || !sequences || !results)))
+        return ACEMQ_EINVAL;
+    many_src src = {NULL, NULL, producers, producer_lens, sequences};
+    if (a->locked) return check_many_locked(0, a, &src, n, results, causes);
+    return check_many_in(0, 0, a, &src, n, results, causes);
 }
 
 int acemq_audit_rollback_seq(acemq_audit *a, const void *producer, size_t producer_len,

@@ -77,7 +77,11 @@ static inline int acemq__audit_split_slow(const char *id, size_t id_len, acemq_a
 static inline int acemq__audit_split_fast(const char *id, size_t id_len, size_t *producer_len,
                                           uint64_t *sequence)
 {
-    if (!id || id_len <= 8 || id_len > ACEMQ_AUDIT_ID_MAX) return 0;
+    /* 9..ACEMQ_AUDIT_ID_MAX bytes in one unsigned comparison (id_len - 9
+     * wraps below 9), then the pointer: two branches, where the three
+     * tests written apart were compiled into flags combined by hand. */
+    if (id_len - 9 > (size_t)ACEMQ_AUDIT_ID_MAX - 9) return 0;
+    if (!id) return 0;
     uint64_t w;
     memcpy(&w, id + id_len - 8, 8);
     uint64_t x = w ^ 0x3030303030303030u;

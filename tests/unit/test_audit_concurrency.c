@@ -21,6 +21,9 @@ static acemq_audit *audit;
 static acemq_conn_audit *conn;
 static atomic_int news[TOTAL];
 static atomic_int duplicates, others;
+/* 1: the threads hand their ids to acemq_audit_check_many in batches. */
+static int batched;
+enum { BATCH = 50 }; /* divides TOTAL */
 
 typedef struct worker {
     int index;
@@ -37,21 +40,37 @@ static void *race(void *arg)
     long stride = 2L * w->index + 1;
     while (stride % 3 == 0 || stride % 5 == 0)
         stride += 2;
-    for (long n = 0; n < TOTAL; n++) {
-        int i = (int)(((long)w->index * 7919 + n * stride) % TOTAL);
-        char id[64];
-        int len = snprintf(id, sizeof id, "ID:host-%d-1700000000000-1:1:1:1:%d", i % PRODUCERS,
-                           i / PRODUCERS + 1);
-        int cause = ACEMQ_AUDIT_CAUSE_NONE;
-        int rc = conn ? acemq_conn_audit_check(conn, ACEMQ_AUDIT_QUEUE, "orders", "consumer", id,
-                                               (size_t)len, &cause)
-                      : acemq_audit_check(audit, id, (size_t)len, &cause);
-        if (rc == ACEMQ_AUDIT_NEW && cause == ACEMQ_AUDIT_CAUSE_NONE)
-            atomic_fetch_add(&news[i], 1);
-        else if (rc == ACEMQ_AUDIT_DUPLICATE)
-            atomic_fetch_add(&duplicates, 1);
-        else
-            atomic_fetch_add(&others, 1);
+    char text[BATCH][64];
+    const char *ids[BATCH];
+    size_t lens[BATCH];
+    int pair[BATCH], results[BATCH], causes[BATCH];
+    for (long n = 0; n < TOTAL; n += BATCH) {
+        for (int b = 0; b < BATCH; b++) {
+            int i = (int)(((long)w->index * 7919 + (n + b) * stride) % TOTAL);
+            int len = snprintf(text[b], sizeof text[b], "ID:host-%d-1700000000000-1:1:1:1:%d",
+                               i % PRODUCERS, i / PRODUCERS + 1);
+            ids[b] = text[b];
+            lens[b] = (size_t)len;
+            pair[b] = i;
+            causes[b] = ACEMQ_AUDIT_CAUSE_NONE;
+        }
+        if (batched) {
+            if (acemq_audit_check_many(audit, ids, lens, BATCH, results, causes) != 0)
+                atomic_fetch_add(&others, BATCH);
+        } else {
+            for (int b = 0; b < BATCH; b++)
+                results[b] = conn ? acemq_conn_audit_check(conn, ACEMQ_AUDIT_QUEUE, "orders",
+                                                           "consumer", ids[b], lens[b], &causes[b])
+                                  : acemq_audit_check(audit, ids[b], lens[b], &causes[b]);
+        }
+        for (int b = 0; b < BATCH; b++) {
+            if (results[b] == ACEMQ_AUDIT_NEW && causes[b] == ACEMQ_AUDIT_CAUSE_NONE)
+                atomic_fetch_add(&news[pair[b]], 1);
+            else if (results[b] == ACEMQ_AUDIT_DUPLICATE)
+                atomic_fetch_add(&duplicates, 1);
+            else
+                atomic_fetch_add(&others, 1);
+        }
     }
     return NULL;
 }
@@ -103,6 +122,16 @@ static void exactly_once_new_per_id(void **state)
     exactly_once_new(8);
 }
 
+/* The same through the batch entry point: each thread's batches hold ids
+ * of many producers, checked under each shard's lock in turn. */
+static void exactly_once_new_batched(void **state)
+{
+    (void)state;
+    batched = 1;
+    exactly_once_new(8);
+    batched = 0;
+}
+
 /* One shard: every check of every thread takes the same lock, so threads
  * wait for it and are woken (the futex lock's slow path on Linux). */
 static void exactly_once_new_one_lock(void **state)
@@ -136,6 +165,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(exactly_once_new_per_id),
         cmocka_unit_test(exactly_once_new_one_lock),
+        cmocka_unit_test(exactly_once_new_batched),
         cmocka_unit_test(exactly_once_new_per_queue),
     };
     return cmocka_run_group_tests_name("audit concurrency", tests, NULL, NULL);
