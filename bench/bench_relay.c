@@ -7,7 +7,11 @@
  * on PostgreSQL with NOTIFY, p99 commit-to-confirm <= 10 ms.
  *
  *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
- *               [--batch N] [--window N] [--quick]
+ *               [--batch N] [--window N] [--latency-inline] [--quick]
+ *
+ * The latency case runs the relay as `acemq relay` does (claimer and marker
+ * threads on handles of their own); --latency-inline runs it on one handle,
+ * claim, publish and mark in turn, as before.
  *
  * URLs default to ACEMQ_AMQP_URL and ACEMQ_PG_URL (scripts/services.sh env);
  * without a broker nothing is measured, without PostgreSQL its cases are
@@ -37,7 +41,7 @@
 typedef struct config {
     const char *amqp_url, *pg_url, *out_path;
     long records;
-    int reps, batch, window, quick;
+    int reps, batch, window, quick, latency_inline;
     char dir[256];
 } config;
 
@@ -219,15 +223,17 @@ static void *relay_main(void *arg)
     return NULL;
 }
 
-/* The relay as `acemq relay` runs it: run() on a thread, marks written by a
- * second handle on a marker thread while the next batch goes out; timed
+/* The relay as `acemq relay` runs it: run() on a thread, the next batch
+ * claimed ahead by a third handle on a claimer thread while the current one
+ * goes out, marks written by a second handle on a marker thread; timed
  * from the start until the last record is marked published. */
 static double run_relay(const config *cfg, const char *outbox_url, long n)
 {
-    acemq_outbox *ob = NULL, *mark_ob = NULL;
+    acemq_outbox *ob = NULL, *mark_ob = NULL, *claim_ob = NULL;
     acemq_broker *b = NULL;
     if (acemq_outbox_open(&ob, outbox_url, NULL) != 0 ||
-        acemq_outbox_open(&mark_ob, outbox_url, NULL) != 0)
+        acemq_outbox_open(&mark_ob, outbox_url, NULL) != 0 ||
+        acemq_outbox_open(&claim_ob, outbox_url, NULL) != 0)
         die("outbox: %s", acemq_outbox_errmsg(NULL));
     acemq_broker_options bo;
     acemq_broker_options_init(&bo);
@@ -239,6 +245,7 @@ static double run_relay(const config *cfg, const char *outbox_url, long n)
     ro.batch = (size_t)cfg->batch;
     ro.poll_ms = 5;
     ro.mark_outbox = mark_ob;
+    ro.claim_outbox = claim_ob;
     relay_thread t = {.stop = 0};
     if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new failed");
     double t0 = mono_now();
@@ -260,6 +267,7 @@ static double run_relay(const config *cfg, const char *outbox_url, long n)
             (unsigned long long)s.unknown);
     acemq_relay_free(t.r);
     acemq_broker_close(b);
+    acemq_outbox_close(claim_ob);
     acemq_outbox_close(mark_ob);
     acemq_outbox_close(ob);
     return (double)n / elapsed;
@@ -277,13 +285,22 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
     raw_confirm_latency(cfg->amqp_url, n, rate, &raw50, &raw99);
     fresh_queue(cfg->amqp_url);
     exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
-    acemq_outbox *ob = NULL;
+    acemq_outbox *ob = NULL, *mark_ob = NULL, *claim_ob = NULL;
     acemq_broker *b = NULL;
     if (acemq_outbox_open(&ob, outbox_url, NULL) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
     if (acemq_broker_open(&b, cfg->amqp_url, NULL) != 0)
         die("broker: %s", acemq_broker_errmsg(NULL));
     acemq_relay_options ro;
     acemq_relay_options_init(&ro);
+    /* As `acemq relay` runs it, unless --latency-inline: claims and marks on
+     * handles and threads of their own. */
+    if (!cfg->latency_inline) {
+        if (acemq_outbox_open(&mark_ob, outbox_url, NULL) != 0 ||
+            acemq_outbox_open(&claim_ob, outbox_url, NULL) != 0)
+            die("outbox: %s", acemq_outbox_errmsg(NULL));
+        ro.mark_outbox = mark_ob;
+        ro.claim_outbox = claim_ob;
+    }
     /* PostgreSQL wakes on NOTIFY: the poll is only a fallback. SQLite polls
      * data_version every 5 ms inside the wait. */
     ro.poll_ms = pg ? 1000 : 5;
@@ -365,6 +382,8 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
     free(lat);
     acemq_relay_free(t.r);
     acemq_broker_close(b);
+    acemq_outbox_close(claim_ob);
+    acemq_outbox_close(mark_ob);
     acemq_outbox_close(ob);
 }
 
@@ -445,11 +464,13 @@ int main(int argc, char **argv)
             cfg.batch = atoi(argv[++i]);
         else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
             cfg.window = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--latency-inline") == 0)
+            cfg.latency_inline = 1;
         else if (strcmp(argv[i], "--quick") == 0)
             cfg.quick = 1, cfg.reps = 1, cfg.records = 5000;
         else {
             fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
-                            " [--reps N] [--batch N] [--window N] [--quick]\n");
+                            " [--reps N] [--batch N] [--window N] [--latency-inline] [--quick]\n");
             return 2;
         }
     }

@@ -78,6 +78,33 @@ ACEMQ_EXTERN void acemq_broker_close(acemq_broker *b);
 ACEMQ_EXTERN int acemq_broker_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
                                       acemq_publish_result *results);
 
+/* Pipelined publishing: acemq_broker_publish split in two, so a caller can
+ * send the next batch while the confirms of the previous one are still
+ * coming and the window never drains between batches.
+ *
+ * acemq_broker_send publishes msgs[0..n) as publish does, counting the
+ * unconfirmed messages of earlier sends against the window, and returns once
+ * every message is sent, without waiting for the last confirms. Outcomes are
+ * written into results[] as they arrive, during this and later send and
+ * collect calls, so msgs and results must stay valid until the send is
+ * collected. Returns 0 (the send is then outstanding and must be collected),
+ * or an error with nothing sent and nothing outstanding (every outcome
+ * UNKNOWN): ACEMQ_EIO (not connected and the reconnect failed), ACEMQ_EINVAL
+ * (a message that cannot be encoded, or ACEMQ_BROKER_MAX_SENDS sends already
+ * outstanding).
+ *
+ * acemq_broker_collect waits until the oldest outstanding send has an
+ * outcome for each of its messages and retires it: 0, or ACEMQ_ENOENT when
+ * nothing is outstanding. Its reasons stay valid until the next call on b.
+ *
+ * A lost connection or a confirm timeout answers every outstanding send at
+ * once: whatever was unconfirmed, in any of them, is UNKNOWN. publish is
+ * refused (ACEMQ_EINVAL) while sends are outstanding. */
+#define ACEMQ_BROKER_MAX_SENDS 4
+ACEMQ_EXTERN int acemq_broker_send(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                                   acemq_publish_result *results);
+ACEMQ_EXTERN int acemq_broker_collect(acemq_broker *b);
+
 /* The broker's own words for the last error on b; with b NULL, why the last
  * acemq_broker_open in this thread failed. */
 ACEMQ_EXTERN const char *acemq_broker_errmsg(const acemq_broker *b);

@@ -34,6 +34,10 @@ typedef struct acemq_relay_options {
      * each batch on a thread of its own while the next batch is claimed and
      * published (the relay owns neither handle). step() always marks inline. */
     acemq_outbox *mark_outbox;
+    /* A third handle on the same outbox, or NULL; used only with
+     * mark_outbox. Given one, run() claims the next batch on a thread of
+     * its own while the current one is sent, instead of between sends. */
+    acemq_outbox *claim_outbox;
 } acemq_relay_options;
 
 ACEMQ_EXTERN void acemq_relay_options_init(acemq_relay_options *o);
@@ -64,7 +68,9 @@ ACEMQ_EXTERN int acemq_relay_step(acemq_relay *r, size_t *claimed);
 
 /* Steps while there is work and waits for more (NOTIFY on PostgreSQL, PRAGMA
  * data_version on SQLite) until *stop becomes nonzero; the step in progress
- * then finishes (its confirms awaited, its records marked) and run returns 0.
+ * then finishes (its confirms awaited, its records marked), a batch claimed
+ * ahead and not yet sent is released, and run returns 0. With mark_outbox,
+ * the confirms of one batch are still coming in while the next is sent.
  * A failing outbox is retried after poll_ms; a failing broker backs off. */
 ACEMQ_EXTERN int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop);
 

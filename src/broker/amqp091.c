@@ -1,29 +1,32 @@
 /* amqp091.c — the AMQP 0-9-1 broker, on rabbitmq-c: one connection and one
  * channel in confirm mode per handle; pipelined publishing with publisher
- * confirms; basic.return for unroutable messages; reconnect with back-off.
+ * confirms, across calls (acemq_broker_send / _collect); basic.return for
+ * unroutable messages; reconnect with back-off.
  *
  * Invariants. Delivery tags are counted by the channel from 1 after
- * confirm.select, one per basic.publish, so within one publish call message
- * i has tag first_tag + i as long as the channel stays the same; a publish
- * call never survives a change of channel or connection (it gives up and
- * leaves the unanswered UNKNOWN), so that arithmetic holds for the whole
- * call. Tags below first_tag belong to an earlier call and are ignored.
- * Anything that leaves the channel's tag count in doubt (lost connection,
- * confirm timeout, a frame we cannot read) drops the connection, so the next
- * call starts from a fresh channel and tag 1 and can never pair a late
- * confirm with the wrong message. A channel the broker closed (publishing to
- * a missing exchange: 404) is answered with close-ok and reopened by the
- * next call; the connection stays.
+ * confirm.select, one per basic.publish. Each outstanding send records the
+ * tag of its first message, and its messages were published back to back,
+ * so within a send message i has tag first_tag + i, and the sends' tag ranges
+ * follow each other in order. That arithmetic holds only while the channel
+ * stays the same, so anything that changes or doubts the channel (lost
+ * connection, confirm timeout, a frame we cannot read, a channel the broker
+ * closed) answers every outstanding send at once, leaving what was
+ * unconfirmed UNKNOWN, and the next send starts from a fresh channel and
+ * tag 1: a late confirm is never paired with the wrong message. A send that
+ * is done (answered, or given up) ignores later frames. A channel the broker
+ * closed (publishing to a missing exchange: 404) is answered with close-ok
+ * and reopened by the next send; the connection stays.
  *
  * A message is CONFIRMED only by an ack that covers it with no basic.return
  * seen for it first. RabbitMQ acks an unroutable mandatory message after
  * returning it, and a return carries no delivery tag, so the return is
- * matched to the oldest unanswered message of the call with the same
- * message id, exchange and routing key (returns come in publish order), and
- * that mark turns the ack that follows into RETURNED.
+ * matched to the oldest unanswered message, over the outstanding sends in
+ * order, with the same message id, exchange and routing key (returns come
+ * in publish order), and that mark turns the ack that follows into RETURNED.
  *
- * Reasons handed out in results point at static text or into this handle
- * (why[], reasons[]), which stay valid until the next publish call.
+ * Reasons handed out in results point at static text or into the send's
+ * slot (why[], reasons[]), which stays valid until the slot is reused: not
+ * before the next call after the send is collected.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -45,8 +48,26 @@
 #define FRAME_MAX 131072
 #define ATTEMPTS_HEADER "x-acemq-attempts"
 
-/* A message's state within one publish call. */
+/* A message's state within its send. */
 enum { M_UNSENT = 0, M_INFLIGHT, M_RETURNED, M_ANSWERED };
+
+/* One send, from acemq_broker_send until it is collected: sent and answered
+ * count messages, lo is the oldest one without an outcome. The arrays and
+ * the reasons belong to the slot and are kept for its next send. */
+typedef struct sendrec {
+    const acemq_broker_msg *msgs;
+    acemq_publish_result *results;
+    size_t n, sent, answered, lo;
+    uint64_t first_tag;
+    int done; /* every message answered, or the channel gave up on the rest */
+    unsigned char *state;
+    int64_t *sent_at;
+    const char **ret_reason;
+    size_t cap;
+    char **reasons;
+    size_t n_reasons, cap_reasons;
+    char why[640];
+} sendrec;
 
 typedef struct amqp_self {
     /* amqp_parse_url's copy of the URL: info's strings point into it. */
@@ -63,27 +84,18 @@ typedef struct amqp_self {
     int64_t lost_at_ms;
     int backoff_ms;
 
-    /* Per call; reasons point here until the next call. */
+    /* The outstanding sends, oldest at head; inflight counts their messages
+     * sent and not answered, the number the window bounds. */
+    sendrec sends[ACEMQ_BROKER_MAX_SENDS];
+    size_t head, count, inflight;
+
+    /* Per send call, while it sends. */
     char why[640];
-    char **reasons;
-    size_t n_reasons, cap_reasons;
     json_t **parsed;
+    size_t cap_parsed;
     amqp_table_entry_t *entries;
     size_t cap_entries;
-    unsigned char *state;
-    int64_t *sent_at;
-    const char **ret_reason;
-    size_t cap_msgs;
 } amqp_self;
-
-/* One publish call's progress: sent and answered count messages, lo is the
- * oldest one without an outcome. */
-typedef struct call {
-    const acemq_broker_msg *msgs;
-    acemq_publish_result *results;
-    size_t n, sent, answered, lo;
-    uint64_t first_tag;
-} call;
 
 static int64_t now_ms(void)
 {
@@ -240,102 +252,130 @@ static int ensure_ready(acemq_broker *b, amqp_self *s)
     return 0;
 }
 
-/* --- one publish call ---------------------------------------------------- */
+/* --- outstanding sends --------------------------------------------------- */
 
-/* The per-message arrays, all with room for n. */
-static int grow_msgs(amqp_self *s, size_t n)
+static sendrec *nth_send(amqp_self *s, size_t k)
 {
-    if (n <= s->cap_msgs) return 0;
-    size_t c = s->cap_msgs ? s->cap_msgs : 64;
+    return &s->sends[(s->head + k) % ACEMQ_BROKER_MAX_SENDS];
+}
+
+/* The slot's per-message arrays, with room for n. */
+static int grow_send(sendrec *sr, size_t n)
+{
+    if (n <= sr->cap && sr->state) return 0;
+    size_t c = sr->cap ? sr->cap : 64;
     while (c < n)
         c *= 2;
-    json_t **p = realloc(s->parsed, c * sizeof(json_t *));
-    if (p) s->parsed = p;
-    unsigned char *st = realloc(s->state, c);
-    if (st) s->state = st;
-    int64_t *at = realloc(s->sent_at, c * sizeof *at);
-    if (at) s->sent_at = at;
-    const char **r = realloc(s->ret_reason, c * sizeof *r);
-    if (r) s->ret_reason = r;
-    if (!p || !st || !at || !r) return ACEMQ_ENOMEM;
-    s->cap_msgs = c;
+    unsigned char *st = realloc(sr->state, c);
+    if (st) sr->state = st;
+    int64_t *at = realloc(sr->sent_at, c * sizeof *at);
+    if (at) sr->sent_at = at;
+    const char **r = realloc(sr->ret_reason, c * sizeof *r);
+    if (r) sr->ret_reason = r;
+    if (!st || !at || !r) return ACEMQ_ENOMEM;
+    sr->cap = c;
     return 0;
 }
 
-static void free_reasons(amqp_self *s)
+static void free_reasons(sendrec *sr)
 {
-    for (size_t i = 0; i < s->n_reasons; i++)
-        free(s->reasons[i]);
-    s->n_reasons = 0;
+    for (size_t i = 0; i < sr->n_reasons; i++)
+        free(sr->reasons[i]);
+    sr->n_reasons = 0;
 }
 
-/* A copy of a return's reply text that lives until the next call; the
- * same text as the previous return shares its copy, since a batch to a
- * missing route returns many messages with one reason. */
-static const char *keep_reason(amqp_self *s, const char *text)
+static void free_send(sendrec *sr)
 {
-    if (s->n_reasons && strcmp(s->reasons[s->n_reasons - 1], text) == 0)
-        return s->reasons[s->n_reasons - 1];
-    if (s->n_reasons == s->cap_reasons) {
-        size_t c = s->cap_reasons ? 2 * s->cap_reasons : 8;
-        char **r = realloc(s->reasons, c * sizeof *r);
+    free_reasons(sr);
+    free(sr->reasons);
+    free(sr->state);
+    free(sr->sent_at);
+    free(sr->ret_reason);
+}
+
+/* A copy of a return's reply text that lives as long as the send's results;
+ * the same text as the previous return shares its copy, since a batch to a
+ * missing route returns many messages with one reason. */
+static const char *keep_reason(sendrec *sr, const char *text)
+{
+    if (sr->n_reasons && strcmp(sr->reasons[sr->n_reasons - 1], text) == 0)
+        return sr->reasons[sr->n_reasons - 1];
+    if (sr->n_reasons == sr->cap_reasons) {
+        size_t c = sr->cap_reasons ? 2 * sr->cap_reasons : 8;
+        char **r = realloc(sr->reasons, c * sizeof *r);
         if (!r) return NULL;
-        s->reasons = r;
-        s->cap_reasons = c;
+        sr->reasons = r;
+        sr->cap_reasons = c;
     }
     char *copy = strdup(text);
     if (!copy) return NULL;
-    s->reasons[s->n_reasons++] = copy;
+    sr->reasons[sr->n_reasons++] = copy;
     return copy;
 }
 
-static void answer(amqp_self *s, call *c, size_t i, int outcome, const char *reason)
+static void answer(amqp_self *s, sendrec *sr, size_t i, int outcome, const char *reason)
 {
-    if (s->state[i] == M_ANSWERED || s->state[i] == M_UNSENT) return;
-    if (s->state[i] == M_RETURNED) {
+    if (sr->state[i] == M_ANSWERED || sr->state[i] == M_UNSENT) return;
+    if (sr->state[i] == M_RETURNED) {
         /* Unroutable: whatever the confirm says, it reached no queue. */
         outcome = ACEMQ_PUBLISH_RETURNED;
-        reason = s->ret_reason[i];
+        reason = sr->ret_reason[i];
     }
-    c->results[i].outcome = outcome;
-    c->results[i].reason = reason;
-    s->state[i] = M_ANSWERED;
-    c->answered++;
-    while (c->lo < c->sent && s->state[c->lo] == M_ANSWERED)
-        c->lo++;
+    sr->results[i].outcome = outcome;
+    sr->results[i].reason = reason;
+    sr->state[i] = M_ANSWERED;
+    sr->answered++;
+    s->inflight--;
+    while (sr->lo < sr->sent && sr->state[sr->lo] == M_ANSWERED)
+        sr->lo++;
+    if (sr->answered == sr->n) sr->done = 1;
 }
 
-/* basic.ack / basic.nack: one tag, or every tag up to it with multiple. */
-static void confirm(amqp_self *s, call *c, uint64_t tag, int multiple, int outcome,
-                    const char *reason)
+/* basic.ack / basic.nack: one tag, or every tag up to it with multiple,
+ * which may reach back into earlier sends. */
+static void confirm(amqp_self *s, uint64_t tag, int multiple, int outcome, const char *reason)
 {
-    if (tag < c->first_tag) return; /* an earlier call's */
-    uint64_t rel = tag - c->first_tag;
-    if (rel >= c->sent) return; /* never sent: the broker is confused; ignore */
-    size_t last = (size_t)rel;
-    if (!multiple) {
-        answer(s, c, last, outcome, reason);
-        return;
+    for (size_t k = 0; k < s->count; k++) {
+        sendrec *sr = nth_send(s, k);
+        if (sr->done || tag < sr->first_tag) continue; /* an earlier channel's, or answered */
+        uint64_t rel = tag - sr->first_tag;
+        if (!multiple) {
+            if (rel < sr->sent) answer(s, sr, (size_t)rel, outcome, reason);
+            if (rel < sr->sent) return;
+            continue;
+        }
+        size_t last = rel < sr->sent ? (size_t)rel : sr->sent - 1;
+        for (size_t i = sr->lo; sr->sent && i <= last; i++)
+            answer(s, sr, i, outcome, reason);
+        if (rel < sr->sent) return;
     }
-    for (size_t i = c->lo; i <= last; i++)
-        answer(s, c, i, outcome, reason);
+    /* A tag never sent: the broker is confused; ignore it. */
 }
 
-/* Every message without an outcome keeps UNKNOWN, with why. */
-static void leave_unknown(amqp_self *s, call *c)
+/* Every outstanding send gives up: what has no outcome keeps UNKNOWN, with
+ * why. The channel's tag count can no longer be trusted for any of them. */
+static void give_up_all(amqp_self *s, const char *why)
 {
-    for (size_t i = c->lo; i < c->n; i++)
-        if (s->state[i] != M_ANSWERED) c->results[i].reason = s->why;
+    for (size_t k = 0; k < s->count; k++) {
+        sendrec *sr = nth_send(s, k);
+        if (sr->done) continue;
+        (void)snprintf(sr->why, sizeof sr->why, "%s", why);
+        for (size_t i = sr->lo; i < sr->n; i++)
+            if (sr->state[i] != M_ANSWERED) sr->results[i].reason = sr->why;
+        sr->done = 1;
+    }
+    s->inflight = 0;
 }
 
 /* The connection is gone or cannot be trusted: the unanswered stay UNKNOWN
- * with "lost connection: ...", and the next call reconnects. Returns 1, "the
- * call stops", for the callers' convenience. */
-static int lost(acemq_broker *b, amqp_self *s, call *c, const char *what, const char *words)
+ * with "lost connection: ...", and the next send reconnects. Returns 1, "the
+ * calls stop", for the callers' convenience. */
+static int lost(acemq_broker *b, amqp_self *s, const char *what, const char *words)
 {
-    (void)snprintf(s->why, sizeof s->why, "lost connection: %s%s", what, words);
-    (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", s->why);
-    leave_unknown(s, c);
+    char why[640];
+    (void)snprintf(why, sizeof why, "lost connection: %s%s", what, words);
+    (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", why);
+    give_up_all(s, why);
     drop_connection(s);
     return 1;
 }
@@ -359,9 +399,29 @@ static int read_frame(amqp_self *s, amqp_frame_t *f, int64_t deadline)
     return amqp_simple_wait_frame_noblock(s->conn, f, &tv);
 }
 
+/* Marks the oldest unanswered message, over the sends in order, that
+ * matches a return; returns come in publish order. */
+static void mark_returned(amqp_self *s, const char *text, const char *id, const char *exchange,
+                          const char *key)
+{
+    for (size_t k = 0; k < s->count; k++) {
+        sendrec *sr = nth_send(s, k);
+        for (size_t i = sr->lo; !sr->done && i < sr->sent; i++) {
+            const acemq_broker_msg *msg = &sr->msgs[i];
+            if (sr->state[i] == M_INFLIGHT && strcmp(msg->message_id, id) == 0 &&
+                strcmp(msg->exchange, exchange) == 0 && strcmp(msg->routing_key, key) == 0) {
+                const char *r = keep_reason(sr, text);
+                sr->ret_reason[i] = r ? r : "returned";
+                sr->state[i] = M_RETURNED;
+                return;
+            }
+        }
+    }
+}
+
 /* After basic.return come the message's content header and body frames; the
  * header carries the message id that says which message came back. */
-static int take_return(acemq_broker *b, amqp_self *s, call *c, amqp_channel_t ch,
+static int take_return(acemq_broker *b, amqp_self *s, amqp_channel_t ch,
                        const amqp_basic_return_t *m, int64_t deadline)
 {
     char text[300], exchange[260], key[260], id[260];
@@ -375,9 +435,9 @@ static int take_return(acemq_broker *b, amqp_self *s, call *c, amqp_channel_t ch
     amqp_frame_t f;
     int st = read_frame(s, &f, deadline);
     if (st != AMQP_STATUS_OK)
-        return lost(b, s, c, "reading a returned message: ", amqp_error_string2(st));
+        return lost(b, s, "reading a returned message: ", amqp_error_string2(st));
     if (f.frame_type != AMQP_FRAME_HEADER)
-        return lost(b, s, c, "", "a returned message came without its content header");
+        return lost(b, s, "", "a returned message came without its content header");
     const amqp_basic_properties_t *p = f.payload.properties.decoded;
     id[0] = '\0';
     if (p && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
@@ -387,28 +447,41 @@ static int take_return(acemq_broker *b, amqp_self *s, call *c, amqp_channel_t ch
     while (left > 0) {
         st = read_frame(s, &f, deadline);
         if (st != AMQP_STATUS_OK)
-            return lost(b, s, c, "reading a returned message: ", amqp_error_string2(st));
+            return lost(b, s, "reading a returned message: ", amqp_error_string2(st));
         if (f.frame_type != AMQP_FRAME_BODY)
-            return lost(b, s, c, "", "a returned message's body was cut short");
+            return lost(b, s, "", "a returned message's body was cut short");
         left -= f.payload.body_fragment.len < left ? f.payload.body_fragment.len : left;
     }
-    for (size_t i = c->lo; ch == s->channel && i < c->sent; i++) {
-        const acemq_broker_msg *msg = &c->msgs[i];
-        if (s->state[i] == M_INFLIGHT && strcmp(msg->message_id, id) == 0 &&
-            strcmp(msg->exchange, exchange) == 0 && strcmp(msg->routing_key, key) == 0) {
-            const char *r = keep_reason(s, text);
-            s->ret_reason[i] = r ? r : "returned";
-            s->state[i] = M_RETURNED;
-            break;
-        }
-    }
+    if (ch == s->channel) mark_returned(s, text, id, exchange, key);
     return 0;
 }
 
-/* Handles one frame; non-zero when the call cannot go on (the reasons are
+/* channel.close from the broker: every outstanding send gives up (RabbitMQ
+ * ignores a closed channel's traffic), and the broker hears close-ok so the
+ * channel number is free again. */
+static int channel_closed(acemq_broker *b, amqp_self *s, amqp_channel_t ch,
+                          const amqp_channel_close_t *m)
+{
+    char why[640];
+    (void)snprintf(why, sizeof why, "channel closed by the broker: %u %.*s",
+                   (unsigned)m->reply_code, (int)m->reply_text.len,
+                   (const char *)m->reply_text.bytes);
+    (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", why);
+    give_up_all(s, why);
+    s->channel_open = 0;
+    amqp_channel_close_ok_t ok = {0};
+    int st = amqp_send_method(s->conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+    if (st != AMQP_STATUS_OK) {
+        (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s; then channel.close-ok: %s", why,
+                                 amqp_error_string2(st));
+        drop_connection(s);
+    }
+    return 1;
+}
+
+/* Handles one frame; non-zero when the sends cannot go on (the reasons are
  * already on the unanswered). */
-static int take_frame(acemq_broker *b, amqp_self *s, call *c, const amqp_frame_t *f,
-                      int64_t deadline)
+static int take_frame(acemq_broker *b, amqp_self *s, const amqp_frame_t *f, int64_t deadline)
 {
     if (f->frame_type != AMQP_FRAME_METHOD) return 0;
     const amqp_method_t *mt = &f->payload.method;
@@ -416,37 +489,20 @@ static int take_frame(acemq_broker *b, amqp_self *s, call *c, const amqp_frame_t
     case AMQP_BASIC_ACK_METHOD:
         if (f->channel == s->channel) {
             const amqp_basic_ack_t *a = mt->decoded;
-            confirm(s, c, a->delivery_tag, a->multiple, ACEMQ_PUBLISH_CONFIRMED, NULL);
+            confirm(s, a->delivery_tag, a->multiple, ACEMQ_PUBLISH_CONFIRMED, NULL);
         }
         return 0;
     case AMQP_BASIC_NACK_METHOD:
         if (f->channel == s->channel) {
             const amqp_basic_nack_t *a = mt->decoded;
-            confirm(s, c, a->delivery_tag, a->multiple, ACEMQ_PUBLISH_NACKED,
+            confirm(s, a->delivery_tag, a->multiple, ACEMQ_PUBLISH_NACKED,
                     "nack: the broker refused the message");
         }
         return 0;
     case AMQP_BASIC_RETURN_METHOD:
-        return take_return(b, s, c, f->channel, mt->decoded, deadline);
-    case AMQP_CHANNEL_CLOSE_METHOD: {
-        const amqp_channel_close_t *m = mt->decoded;
-        (void)snprintf(s->why, sizeof s->why, "channel closed by the broker: %u %.*s",
-                       (unsigned)m->reply_code, (int)m->reply_text.len,
-                       (const char *)m->reply_text.bytes);
-        (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", s->why);
-        leave_unknown(s, c);
-        s->channel_open = 0;
-        /* The broker ignores the channel until it hears close-ok; without
-         * it the channel number stays taken. */
-        amqp_channel_close_ok_t ok = {0};
-        int st = amqp_send_method(s->conn, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-        if (st != AMQP_STATUS_OK) {
-            (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s; then channel.close-ok: %s", s->why,
-                                     amqp_error_string2(st));
-            drop_connection(s);
-        }
-        return 1;
-    }
+        return take_return(b, s, f->channel, mt->decoded, deadline);
+    case AMQP_CHANNEL_CLOSE_METHOD:
+        return channel_closed(b, s, f->channel, mt->decoded);
     case AMQP_CONNECTION_CLOSE_METHOD: {
         const amqp_connection_close_t *m = mt->decoded;
         char words[300];
@@ -455,11 +511,49 @@ static int take_frame(acemq_broker *b, amqp_self *s, call *c, const amqp_frame_t
         amqp_connection_close_ok_t ok = {0};
         /* A courtesy: the connection is dropped right after either way. */
         (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-        return lost(b, s, c, "closed by the broker: ", words);
+        return lost(b, s, "closed by the broker: ", words);
     }
     default:
         return 0; /* connection.blocked and the like: the deadline covers them */
     }
+}
+
+/* When the oldest unanswered message, over all sends, times out. */
+static int64_t oldest_deadline(acemq_broker *b, amqp_self *s)
+{
+    for (size_t k = 0; k < s->count; k++) {
+        sendrec *sr = nth_send(s, k);
+        if (!sr->done && sr->lo < sr->sent) return sr->sent_at[sr->lo] + b->opts.confirm_timeout_ms;
+    }
+    return now_ms(); /* nothing in flight: callers do not wait then */
+}
+
+/* Reads and handles one frame: 0 to go on, 1 when every outstanding send
+ * gave up (lost connection, timeout, closed channel). */
+static int pump(acemq_broker *b, amqp_self *s)
+{
+    int64_t deadline = oldest_deadline(b, s);
+    amqp_frame_t f;
+    errno = 0;
+    int st = read_frame(s, &f, deadline);
+    if (st == AMQP_STATUS_TIMEOUT) {
+        (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: no confirm within %d ms; connection dropped",
+                                 b->opts.confirm_timeout_ms);
+        /* Confirms may still come for these tags; a new channel next time
+         * keeps them from being read as a later send's. */
+        give_up_all(s, "timeout");
+        drop_connection(s);
+        return 1;
+    }
+    if (st != AMQP_STATUS_OK) {
+        char words[200];
+        return lost(b, s, "", status_words(words, sizeof words, st, errno));
+    }
+    int stop = take_frame(b, s, &f, deadline);
+    /* Decoded frames live in rabbitmq-c's pools until released; without this
+     * a long run grows them without bound. */
+    if (s->conn) amqp_maybe_release_buffers(s->conn);
+    return stop;
 }
 
 static int too_long(const char *z)
@@ -556,80 +650,80 @@ static int send_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers)
                               amqp_cstring_bytes(m->routing_key), 1, 0, &p, body);
 }
 
-static int run_call(acemq_broker *b, amqp_self *s, call *c)
+/* --- send and collect ---------------------------------------------------- */
+
+/* Headers parsed for one send, and the table its largest message needs. */
+static int prepare(acemq_broker *b, amqp_self *s, const acemq_broker_msg *msgs, size_t n)
 {
-    size_t window = (size_t)b->opts.window;
-    while (c->answered < c->n) {
-        /* Fill the window, then read: confirms free slots as they come. */
-        while (c->sent < c->n && c->sent - c->answered < window) {
-            size_t i = c->sent;
-            errno = 0;
-            int st = send_one(s, &c->msgs[i], s->parsed[i]);
-            /* Even an encoding failure may leave half a message on the wire
-             * (the method frame goes out before the header is encoded), so
-             * every failure ends the connection; check_msgs() keeps the
-             * encodable ones from getting here. */
-            if (st != AMQP_STATUS_OK) {
-                char words[200];
-                (void)lost(b, s, c,
-                           "basic.publish: ", status_words(words, sizeof words, st, errno));
-                return 0;
-            }
-            s->state[i] = M_INFLIGHT;
-            s->sent_at[i] = now_ms();
-            c->sent++;
-            s->next_tag++;
-        }
-        if (c->answered >= c->n) break;
-        int64_t deadline = s->sent_at[c->lo] + b->opts.confirm_timeout_ms;
-        amqp_frame_t f;
-        errno = 0;
-        int st = read_frame(s, &f, deadline);
-        if (st == AMQP_STATUS_TIMEOUT) {
-            (void)snprintf(s->why, sizeof s->why, "timeout");
-            (void)acemq__broker_fail(b, ACEMQ_EIO,
-                                     "amqp: no confirm within %d ms; connection dropped",
-                                     b->opts.confirm_timeout_ms);
-            leave_unknown(s, c);
-            /* Confirms may still come for these tags; a new channel next
-             * time keeps them from being read as a later call's. */
-            drop_connection(s);
-            return 0;
-        }
-        if (st != AMQP_STATUS_OK) {
-            char words[200];
-            (void)lost(b, s, c, "", status_words(words, sizeof words, st, errno));
-            return 0;
-        }
-        int stop = take_frame(b, s, c, &f, deadline);
-        /* Decoded frames live in rabbitmq-c's pools until released; without
-         * this a long call grows them without bound. */
-        if (s->conn) amqp_maybe_release_buffers(s->conn);
-        if (stop) return 0;
+    size_t want = n ? n : 1; /* never a NULL array, even for an empty send */
+    if (want > s->cap_parsed) {
+        json_t **p = realloc(s->parsed, want * sizeof(json_t *));
+        if (!p) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
+        s->parsed = p;
+        s->cap_parsed = want;
+    }
+    size_t max_entries = 1;
+    int rc = check_msgs(b, s, msgs, n, &max_entries);
+    if (rc) return rc;
+    if (max_entries > s->cap_entries) {
+        amqp_table_entry_t *e = realloc(s->entries, max_entries * sizeof *e);
+        if (!e) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
+        s->entries = e;
+        s->cap_entries = max_entries;
     }
     return 0;
 }
 
-static int amqp_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
-                        acemq_publish_result *results)
+static void unparse(amqp_self *s, size_t n)
+{
+    for (size_t i = 0; i < n && s->parsed; i++)
+        if (s->parsed[i]) {
+            json_decref(s->parsed[i]);
+            s->parsed[i] = NULL;
+        }
+}
+
+/* Publishes sr's messages, reading confirms whenever the window (over every
+ * outstanding send) is full, until all are sent or the channel gives up. */
+static void send_all(acemq_broker *b, amqp_self *s, sendrec *sr)
+{
+    size_t window = (size_t)b->opts.window;
+    while (!sr->done && sr->sent < sr->n) {
+        if (s->inflight >= window) {
+            (void)pump(b, s); /* a give-up sets sr->done */
+            continue;
+        }
+        size_t i = sr->sent;
+        errno = 0;
+        int st = send_one(s, &sr->msgs[i], s->parsed[i]);
+        /* Even an encoding failure may leave half a message on the wire (the
+         * method frame goes out before the header is encoded), so every
+         * failure ends the connection; check_msgs() keeps the encodable ones
+         * from getting here. */
+        if (st != AMQP_STATUS_OK) {
+            char words[200];
+            (void)lost(b, s, "basic.publish: ", status_words(words, sizeof words, st, errno));
+            return;
+        }
+        sr->state[i] = M_INFLIGHT;
+        sr->sent_at[i] = now_ms();
+        sr->sent++;
+        s->inflight++;
+        s->next_tag++;
+    }
+}
+
+static int amqp_send(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                     acemq_publish_result *results)
 {
     amqp_self *s = b->self;
-    free_reasons(s);
     s->why[0] = '\0';
-    if (grow_msgs(s, n)) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
+    sendrec *sr = nth_send(s, s->count);
+    free_reasons(sr); /* the slot's previous send was collected before this call */
+    if (grow_send(sr, n)) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
     /* The messages first: a bad one is the caller's error whatever the
      * connection's state, and costs no reconnect. */
-    size_t max_entries = 1;
-    int rc = check_msgs(b, s, msgs, n, &max_entries);
-    if (!rc && max_entries > s->cap_entries) {
-        amqp_table_entry_t *e = realloc(s->entries, max_entries * sizeof *e);
-        if (e) {
-            s->entries = e;
-            s->cap_entries = max_entries;
-        } else {
-            rc = acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
-        }
-    }
+    int rc = prepare(b, s, msgs, n);
     if (!rc) {
         rc = ensure_ready(b, s);
         if (rc) {
@@ -639,16 +733,32 @@ static int amqp_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
         }
     }
     if (!rc) {
-        memset(s->state, M_UNSENT, n);
-        call c = {.msgs = msgs, .results = results, .n = n, .first_tag = s->next_tag};
-        rc = run_call(b, s, &c);
+        /* A reconnect gave up every earlier send, so the new channel's tags
+         * start with this one. */
+        memset(sr->state, M_UNSENT, n);
+        sr->msgs = msgs;
+        sr->results = results;
+        sr->n = n;
+        sr->sent = sr->answered = sr->lo = 0;
+        sr->first_tag = s->next_tag;
+        sr->done = n == 0;
+        sr->why[0] = '\0';
+        s->count++;
+        send_all(b, s, sr);
     }
-    for (size_t i = 0; i < n; i++)
-        if (s->parsed[i]) {
-            json_decref(s->parsed[i]);
-            s->parsed[i] = NULL;
-        }
+    unparse(s, n);
     return rc;
+}
+
+static int amqp_collect(acemq_broker *b)
+{
+    amqp_self *s = b->self;
+    sendrec *sr = nth_send(s, 0);
+    while (!sr->done)
+        (void)pump(b, s); /* a give-up sets sr->done */
+    s->head = (s->head + 1) % ACEMQ_BROKER_MAX_SENDS;
+    s->count--;
+    return 0;
 }
 
 static void amqp_close(acemq_broker *b)
@@ -662,13 +772,10 @@ static void amqp_close(acemq_broker *b)
         (void)amqp_connection_close(s->conn, AMQP_REPLY_SUCCESS);
         drop_connection(s);
     }
-    free_reasons(s);
-    free(s->reasons);
+    for (size_t k = 0; k < ACEMQ_BROKER_MAX_SENDS; k++)
+        free_send(&s->sends[k]);
     free(s->parsed);
     free(s->entries);
-    free(s->state);
-    free(s->sent_at);
-    free(s->ret_reason);
     free(s->url_buf);
     free(s);
     b->self = NULL;
@@ -678,7 +785,9 @@ static const acemq__broker_methods amqp_methods = {
     .version = ACEMQ__BROKER_METHODS_VERSION,
     .name = "amqp091",
     .close = amqp_close,
-    .publish = amqp_publish,
+    .publish = NULL, /* the core publishes through send + collect */
+    .send = amqp_send,
+    .collect = amqp_collect,
 };
 
 int acemq__broker_open_amqp(acemq_broker *b, const char *url)

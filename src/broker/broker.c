@@ -75,11 +75,11 @@ void acemq_broker_close(acemq_broker *b)
     free(b);
 }
 
-int acemq_broker_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
-                         acemq_publish_result *results)
+/* Every result UNKNOWN before the backend runs, and every message checked for
+ * what the backends cannot do without. */
+static int check_and_reset(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                           acemq_publish_result *results)
 {
-    if (!b) return ACEMQ_EINVAL;
-    if (n == 0) return 0;
     if (!msgs || !results)
         return acemq__broker_fail(b, ACEMQ_EINVAL, "msgs and results must not be NULL");
     for (size_t i = 0; i < n; i++) {
@@ -92,5 +92,52 @@ int acemq_broker_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n
                                       "not be NULL, nor body when body_len is not 0",
                                       i);
     }
-    return b->methods->publish(b, msgs, n, results);
+    return 0;
+}
+
+static int pipelined(const acemq_broker *b)
+{
+    return b->methods->version >= 2 && b->methods->send && b->methods->collect;
+}
+
+int acemq_broker_send(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                      acemq_publish_result *results)
+{
+    if (!b) return ACEMQ_EINVAL;
+    if (b->outstanding >= ACEMQ_BROKER_MAX_SENDS)
+        return acemq__broker_fail(b, ACEMQ_EINVAL, "%d sends outstanding: collect one first",
+                                  ACEMQ_BROKER_MAX_SENDS);
+    int rc = check_and_reset(b, msgs, n, results);
+    if (rc != 0) return rc;
+    /* A backend without the pipelined slots publishes at once: its send is
+     * answered before it returns, and collect has nothing to wait for. */
+    rc = pipelined(b) ? b->methods->send(b, msgs, n, results)
+                      : b->methods->publish(b, msgs, n, results);
+    if (rc == 0) b->outstanding++;
+    return rc;
+}
+
+int acemq_broker_collect(acemq_broker *b)
+{
+    if (!b) return ACEMQ_EINVAL;
+    if (b->outstanding == 0) return acemq__broker_fail(b, ACEMQ_ENOENT, "no send outstanding");
+    int rc = pipelined(b) ? b->methods->collect(b) : 0;
+    if (rc == 0) b->outstanding--;
+    return rc;
+}
+
+int acemq_broker_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                         acemq_publish_result *results)
+{
+    if (!b) return ACEMQ_EINVAL;
+    if (n == 0) return 0;
+    if (b->outstanding)
+        return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                  "publish with sends outstanding: collect them first");
+    if (!pipelined(b)) {
+        int rc = check_and_reset(b, msgs, n, results);
+        return rc ? rc : b->methods->publish(b, msgs, n, results);
+    }
+    int rc = acemq_broker_send(b, msgs, n, results);
+    return rc ? rc : acemq_broker_collect(b);
 }

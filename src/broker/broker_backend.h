@@ -13,7 +13,7 @@
 #include "acemq/broker.h"
 #include "core/url.h"
 
-#define ACEMQ__BROKER_METHODS_VERSION 1
+#define ACEMQ__BROKER_METHODS_VERSION 2
 
 typedef struct acemq__broker_methods {
     int version;
@@ -24,12 +24,22 @@ typedef struct acemq__broker_methods {
      * until its next publish. */
     int (*publish)(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
                    acemq_publish_result *results);
+    /* Version 2: pipelined publishing (acemq_broker_send / _collect). The
+     * core counts outstanding sends and never calls send with
+     * ACEMQ_BROKER_MAX_SENDS of them outstanding, nor collect with none. A
+     * backend with these may leave publish NULL: the core publishes through
+     * send + collect. send returns 0 with the send outstanding, or an error
+     * with nothing sent and nothing outstanding. */
+    int (*send)(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
+                acemq_publish_result *results);
+    int (*collect)(acemq_broker *b);
 } acemq__broker_methods;
 
 struct acemq_broker {
     const acemq__broker_methods *methods;
     void *self;
     acemq_broker_options opts;
+    int outstanding; /* sends not yet collected */
     char errmsg[512];
 };
 

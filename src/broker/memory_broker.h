@@ -14,14 +14,18 @@
 typedef enum acemq__broker_fault {
     ACEMQ__FAULT_NONE = 0,
     ACEMQ__FAULT_REFUSE,     /* the connection is refused: publish returns ACEMQ_EIO */
-    ACEMQ__FAULT_NACK,       /* each message is refused with basic.nack */
+    ACEMQ__FAULT_NACK,       /* messages are refused with basic.nack */
     ACEMQ__FAULT_DROP,       /* the connection drops after `after` more messages are
-                                taken: those are kept but their confirms are lost */
+                                sent: every confirm not yet told is lost, in this send
+                                and in earlier ones still outstanding */
     ACEMQ__FAULT_NO_CONFIRM, /* messages are kept, confirms never come (timeout) */
 } acemq__broker_fault;
 
-/* Arms fault for the next `times` publish calls (REFUSE, NACK, NO_CONFIRM) or
- * once (DROP); ACEMQ__FAULT_NONE clears it. */
+/* Arms fault: REFUSE and NO_CONFIRM for the next `times` send (or publish)
+ * calls; NACK for `times` messages once `after` more have passed normally;
+ * DROP once, after `after` more messages. ACEMQ__FAULT_NONE clears it. A
+ * handle tells its confirms (oldest first) when its window is full or when
+ * a send is collected, so they can be in flight across sends. */
 void acemq__memory_broker_fault(acemq_broker *b, int fault, int times, size_t after);
 /* Messages to this exchange are unroutable: RETURNED with "NO_ROUTE". */
 void acemq__memory_broker_unroutable(acemq_broker *b, const char *exchange);

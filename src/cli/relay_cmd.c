@@ -150,7 +150,7 @@ int acemq__cli_relay(int argc, char **argv)
     }
     ro.log = stderr;
 
-    acemq_outbox *ob = NULL, *mark_ob = NULL;
+    acemq_outbox *ob = NULL, *mark_ob = NULL, *claim_ob = NULL;
     acemq_broker *b = NULL;
     acemq_relay *r = NULL;
     acemq__metrics *metrics = NULL;
@@ -167,9 +167,19 @@ int acemq__cli_relay(int argc, char **argv)
         return ACEMQ_CLI_FAIL;
     }
     ro.mark_outbox = mark_ob;
+    /* A third claims the next batch while this one goes out. */
+    rc = acemq_outbox_open(&claim_ob, outbox_url, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "acemq relay: outbox %s: %s\n", outbox_url, acemq_outbox_errmsg(NULL));
+        acemq_outbox_close(mark_ob);
+        acemq_outbox_close(ob);
+        return ACEMQ_CLI_FAIL;
+    }
+    ro.claim_outbox = claim_ob;
     rc = acemq_broker_open(&b, broker_url, &bo);
     if (rc != 0) {
         fprintf(stderr, "acemq relay: broker: %s\n", acemq_broker_errmsg(NULL));
+        acemq_outbox_close(claim_ob);
         acemq_outbox_close(mark_ob);
         acemq_outbox_close(ob);
         return ACEMQ_CLI_FAIL;
@@ -201,6 +211,7 @@ int acemq__cli_relay(int argc, char **argv)
     acemq__metrics_stop(metrics);
     acemq_relay_free(r);
     acemq_broker_close(b);
+    acemq_outbox_close(claim_ob);
     acemq_outbox_close(mark_ob);
     acemq_outbox_close(ob);
     return status;

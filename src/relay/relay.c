@@ -8,14 +8,28 @@
  * Counters are guarded by a mutex because the metrics endpoint reads them
  * from its own thread.
  *
- * With a second outbox handle (opts.mark_outbox), run() writes the marks on
- * a marker thread: batch k is marked while batch k+1 is claimed and
- * published. Two jobs alternate; the main thread refills a job only once the
- * marker is done with it, so at most one batch waits to be marked and
- * memory stays bounded. Marking late changes nothing about safety: the
- * records of a batch stay leased until they are marked, so no other claim
- * takes them meanwhile, and an ordering key's next record waits for its
- * predecessor's mark as before.
+ * With a second outbox handle (opts.mark_outbox), run() pipelines full
+ * batches: batch k+1 is claimed while the last confirms of batch k are still
+ * in flight, then sent (acemq_broker_send) while they come in, so the
+ * broker's window never drains between batches; batch k is collected once
+ * k+1 is out, and marked on a marker thread. With a third handle
+ * (opts.claim_outbox) the claim of batch k+1 runs on a claimer thread while
+ * batch k is being sent, so a slow claim no longer stops the sending. Each
+ * claimed batch is copied into one of three flights (claimed ahead, being
+ * sent, at the broker), because the outbox handle's buffer is reused by the
+ * next claim; a flight is refilled only after it was collected, and a mark
+ * job only once the marker is done with it, so at most two batches are at
+ * the broker, one is claimed ahead and two wait for or are in the marker:
+ * memory stays bounded. A batch that is not full is collected and marked at
+ * once on the main thread, as step() does: nothing is due to overlap with,
+ * its confirms must not wait out a poll, and a thread hop would only add to
+ * its latency.
+ *
+ * Pipelining changes nothing about safety: the records of a batch stay
+ * leased until they are marked, so no other claim takes them meanwhile, and
+ * an ordering key's next record is not claimed while its predecessor is in
+ * flight or unmarked. A lost connection answers both batches at the broker
+ * at once: what was unconfirmed in either is UNKNOWN and left to its lease.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +38,7 @@
 #include <time.h>
 
 #include "acemq/relay.h"
+#include "relay/flight.h"
 #include "relay/mark_job.h"
 
 const double acemq_relay_latency_bounds_ms[ACEMQ_RELAY_LATENCY_BUCKETS - 1] = {
@@ -35,7 +50,9 @@ struct acemq_relay {
     acemq_relay_options opts;
     acemq_broker_msg *msgs;
     acemq_publish_result *results;
-    acemq__mark_job jobs[2];   /* step() uses jobs[0]; run() with a marker both */
+    acemq__mark_job jobs[3];   /* step(): jobs[0]; run(): 0-1 the marker's, 2 inline */
+    acemq__flight flights[3];  /* run() with a marker: claimed, sent, pending */
+    int pending;               /* the flight sent and not yet collected; -1 none */
     atomic_int stop_requested; /* acemq_relay_stop, from any thread */
     pthread_mutex_t lock;
     acemq_relay_stats stats;
@@ -118,6 +135,7 @@ int acemq_relay_new(acemq_relay **out, acemq_outbox *ob, acemq_broker *b,
     }
     r->ob = ob;
     r->b = b;
+    r->pending = -1;
     size_t n = r->opts.batch;
     r->msgs = calloc(n, sizeof *r->msgs);
     r->results = calloc(n, sizeof *r->results);
@@ -139,6 +157,10 @@ void acemq_relay_free(acemq_relay *r)
     free(r->results);
     acemq__mark_job_free(&r->jobs[0]);
     acemq__mark_job_free(&r->jobs[1]);
+    acemq__mark_job_free(&r->jobs[2]);
+    acemq__flight_free(&r->flights[0]);
+    acemq__flight_free(&r->flights[1]);
+    acemq__flight_free(&r->flights[2]);
     free(r);
 }
 
@@ -242,6 +264,24 @@ static int settle(acemq_relay *r, acemq_outbox *ob, acemq__mark_job *j)
     return rc;
 }
 
+/* The broker refused the whole batch before sending any of it: give the
+ * records back so they go as soon as the broker is back, not a lease later.
+ * Returns prc. */
+static int release_unsent(acemq_relay *r, const acemq_outbox_msg *m, size_t n, int prc)
+{
+    const char *why = acemq_broker_errmsg(r->b);
+    log_event(r, "broker_unavailable", "error", why, NULL, NULL);
+    uint64_t released = 0;
+    for (size_t i = 0; i < n; i++)
+        released += acemq_outbox_release(r->ob, m[i].id, m[i].token) == 0;
+    pthread_mutex_lock(&r->lock);
+    snprintf(r->errmsg, sizeof r->errmsg, "publish: %s", why);
+    r->stats.released += released;
+    r->stats.batches++;
+    pthread_mutex_unlock(&r->lock);
+    return prc;
+}
+
 /* Claims a batch and publishes it; fills j with the outcomes. *claimed gets
  * the batch's size; 0 with nothing claimed is not an error. */
 static int claim_and_publish(acemq_relay *r, acemq__mark_job *j, size_t *claimed)
@@ -268,21 +308,7 @@ static int claim_and_publish(acemq_relay *r, acemq__mark_job *j, size_t *claimed
     double t0 = mono_ms();
     int prc = acemq_broker_publish(r->b, r->msgs, n, r->results);
     double latency = mono_ms() - t0;
-    if (prc != 0) {
-        /* Nothing was sent: give the records back so they go as soon as the
-         * broker is back, not a lease later. */
-        const char *why = acemq_broker_errmsg(r->b);
-        log_event(r, "broker_unavailable", "error", why, NULL, NULL);
-        uint64_t released = 0;
-        for (size_t i = 0; i < n; i++)
-            released += acemq_outbox_release(r->ob, m[i].id, m[i].token) == 0;
-        pthread_mutex_lock(&r->lock);
-        snprintf(r->errmsg, sizeof r->errmsg, "publish: %s", why);
-        r->stats.released += released;
-        r->stats.batches++;
-        pthread_mutex_unlock(&r->lock);
-        return prc;
-    }
+    if (prc != 0) return release_unsent(r, m, n, prc);
     rc = acemq__mark_job_fill(j, m, r->results, n, latency);
     /* Out of memory copying the outcomes: nothing is marked, the leases hand
      * the records out again. */
@@ -310,6 +336,7 @@ typedef struct marker {
     int waiting; /* index of the job handed over and not yet taken; -1 none */
     int busy[2]; /* job i is handed over or being marked */
     int quit;
+    int next_job; /* the job the main thread fills next */
 } marker;
 
 static void *marker_main(void *arg)
@@ -358,16 +385,226 @@ static void marker_hand_over(marker *k, int i)
     pthread_mutex_unlock(&k->mu);
 }
 
-/* One round with the marker: publish into the free job, hand it over. */
-static int pipelined_step(acemq_relay *r, marker *k, int *next, size_t *claimed)
+/* Copies a collected flight's outcomes into the next free job and hands it
+ * to the marker. */
+static void hand_over_flight(acemq_relay *r, marker *k, acemq__flight *f, double latency)
 {
-    int i = *next;
+    int i = k->next_job;
     marker_wait_free(k, i);
-    int rc = claim_and_publish(r, &r->jobs[i], claimed);
-    if (rc == 0 && *claimed > 0) {
-        marker_hand_over(k, i);
-        *next = i ^ 1;
+    /* Out of memory: nothing is marked, the leases hand the records out again. */
+    if (acemq__mark_job_fill(&r->jobs[i], f->recs, f->results, f->n, latency) != 0) {
+        (void)fail(r, ACEMQ_ENOMEM, "mark job", "out of memory");
+        return;
     }
+    marker_hand_over(k, i);
+    k->next_job = i ^ 1;
+}
+
+/* Waits for the pending flight's last confirms and hands it to the marker. */
+static void collect_pending(acemq_relay *r, marker *k)
+{
+    if (r->pending < 0) return;
+    acemq__flight *f = &r->flights[r->pending];
+    r->pending = -1;
+    int rc = acemq_broker_collect(r->b);
+    if (rc != 0) { /* a send the broker does not know: leave it to the leases */
+        (void)fail(r, rc, "collect", acemq_broker_errmsg(r->b));
+        return;
+    }
+    hand_over_flight(r, k, f, mono_ms() - f->sent_ms);
+}
+
+/* Claims on ob into flight i. Runs on the claimer thread when there is one,
+ * so it touches only ob, the flight and what fail() guards. */
+static int claim_into(acemq_relay *r, acemq_outbox *ob, int i, size_t *claimed)
+{
+    *claimed = 0;
+    const acemq_outbox_msg *m;
+    size_t n;
+    int rc = acemq_outbox_claim_batch(ob, r->opts.batch, r->opts.lease_ms, &m, &n);
+    if (rc != 0) return fail(r, rc, "claim_batch", acemq_outbox_errmsg(ob));
+    /* Out of memory: nothing was sent, but the records stay leased rather
+     * than released into a relay that cannot hold them. */
+    if (acemq__flight_fill(&r->flights[i], m, n) != 0)
+        return fail(r, ACEMQ_ENOMEM, "flight", "out of memory");
+    *claimed = n;
+    return 0;
+}
+
+/* Gives back the records of a flight that will never be sent. */
+static void release_flight(acemq_relay *r, acemq__flight *f)
+{
+    uint64_t released = 0;
+    for (size_t i = 0; i < f->n; i++)
+        released += acemq_outbox_release(r->ob, f->recs[i].id, f->recs[i].token) == 0;
+    pthread_mutex_lock(&r->lock);
+    r->stats.released += released;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* ------------------------------------------------------------ the claimer */
+
+/* With opts.claim_outbox, claims run on a thread of their own: batch k+1 is
+ * claimed while batch k is being sent, so a slow claim (SQLite's writer
+ * lock, a busy database) no longer stops the sending. The main thread asks
+ * for one batch at a time, naming the free flight to claim into, and takes
+ * it before asking again: at most one batch is claimed ahead. */
+typedef struct claimer {
+    acemq_relay *r;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int asked;    /* flight to claim into; -1 none */
+    int answered; /* the asked flight is filled (or failed) */
+    int asked_flight, rc;
+    size_t n;
+    int quit;
+} claimer;
+
+static void *claimer_main(void *arg)
+{
+    claimer *c = arg;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        while (c->asked < 0 && !c->quit)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (c->asked < 0) {
+            pthread_mutex_unlock(&c->mu);
+            return NULL;
+        }
+        int i = c->asked;
+        pthread_mutex_unlock(&c->mu);
+        size_t n = 0;
+        int rc = claim_into(c->r, c->r->opts.claim_outbox, i, &n);
+        pthread_mutex_lock(&c->mu);
+        c->asked = -1;
+        c->answered = 1;
+        c->rc = rc;
+        c->n = n;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+static void claimer_ask(claimer *c, int i)
+{
+    pthread_mutex_lock(&c->mu);
+    c->asked = i;
+    c->asked_flight = i;
+    c->answered = 0;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits for the batch asked for; returns the claim's result. */
+static int claimer_take(claimer *c, int *i, size_t *n)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!c->answered)
+        pthread_cond_wait(&c->cv, &c->mu);
+    c->answered = 0;
+    *i = c->asked_flight;
+    *n = c->n;
+    int rc = c->rc;
+    c->asked_flight = -1;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static int claimer_start(claimer *c, acemq_relay *r)
+{
+    *c = (claimer){.r = r, .asked = -1, .asked_flight = -1};
+    if (pthread_mutex_init(&c->mu, NULL) != 0) return ACEMQ_ENOMEM;
+    if (pthread_cond_init(&c->cv, NULL) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        return ACEMQ_ENOMEM;
+    }
+    if (pthread_create(&c->thread, NULL, claimer_main, c) != 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        return fail(r, ACEMQ_ENOMEM, "run", "cannot start the claimer thread");
+    }
+    return 0;
+}
+
+/* Stops claiming: a batch still asked for is taken and released unsent. */
+static void claimer_stop(claimer *c)
+{
+    if (c->asked_flight >= 0) {
+        int i;
+        size_t n;
+        if (claimer_take(c, &i, &n) == 0 && n > 0) release_flight(c->r, &c->r->flights[i]);
+    }
+    pthread_mutex_lock(&c->mu);
+    c->quit = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+}
+
+/* ------------------------------------------------------------ pipelining */
+
+/* The flight that is neither a (about to be sent) nor the pending one. */
+static int free_flight(const acemq_relay *r, int a)
+{
+    for (int i = 0; i < 3; i++)
+        if (i != a && i != r->pending) return i;
+    return -1; /* not reached: three flights, two taken at most */
+}
+
+/* Sends flight i; 1 when it is now at the broker. */
+static int send_flight(acemq_relay *r, int i, int *rc)
+{
+    acemq__flight *f = &r->flights[i];
+    f->sent_ms = mono_ms();
+    *rc = acemq_broker_send(r->b, f->msgs, f->n, f->results);
+    if (*rc == 0) return 1;
+    *rc = release_unsent(r, f->recs, f->n, *rc);
+    return 0;
+}
+
+/* A batch that is not full, the only one at the broker: collected and
+ * marked here on the relay's own handle, as step() does. Nothing more is
+ * due to overlap with, and handing it to the marker would only add a
+ * thread's wake-up to its latency. */
+static int settle_now(acemq_relay *r, int i)
+{
+    acemq__flight *f = &r->flights[i];
+    int rc = acemq_broker_collect(r->b);
+    if (rc != 0) return fail(r, rc, "collect", acemq_broker_errmsg(r->b));
+    acemq__mark_job *j = &r->jobs[2];
+    /* Out of memory: nothing is marked, the leases hand the records out again. */
+    if (acemq__mark_job_fill(j, f->recs, f->results, f->n, mono_ms() - f->sent_ms) != 0)
+        return fail(r, ACEMQ_ENOMEM, "mark job", "out of memory");
+    return settle(r, r->ob, j);
+}
+
+/* One round with the marker: take batch k+1 (claimed ahead by the claimer
+ * while batch k was sent, or claimed here when nothing was asked for), send
+ * it while batch k's last confirms come in, then collect k and hand it to
+ * the marker. A full batch asks the claimer for the next one before it is
+ * sent; a batch that is not full is settled at once (settle_now), and the
+ * next round claims here: at a low rate the relay runs like step(), with
+ * no thread hop on the way from commit to confirm. */
+static int pipelined_step(acemq_relay *r, marker *k, claimer *c, size_t *claimed)
+{
+    int i = -1, rc;
+    size_t n = 0;
+    if (c && c->asked_flight >= 0) {
+        rc = claimer_take(c, &i, &n);
+    } else {
+        i = free_flight(r, -1);
+        rc = claim_into(r, r->ob, i, &n);
+    }
+    *claimed = n;
+    int full = rc == 0 && n == r->opts.batch;
+    if (c && full) claimer_ask(c, free_flight(r, i));
+    int sent = rc == 0 && n > 0 && send_flight(r, i, &rc);
+    collect_pending(r, k);
+    if (sent && full) r->pending = i;
+    if (sent && !full) rc = settle_now(r, i);
     return rc;
 }
 
@@ -409,6 +646,7 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
     if (!r || !stop) return ACEMQ_EINVAL;
     log_event(r, "start", "backend", acemq_outbox_backend(r->ob), NULL, NULL);
     marker k = {.r = r, .waiting = -1};
+    claimer c, *cp = NULL;
     int pipelined = r->opts.mark_outbox != NULL;
     if (pipelined) {
         if (pthread_mutex_init(&k.mu, NULL) != 0) return ACEMQ_ENOMEM;
@@ -421,13 +659,16 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
             pthread_mutex_destroy(&k.mu);
             return fail(r, ACEMQ_ENOMEM, "run", "cannot start the marker thread");
         }
+        if (r->opts.claim_outbox && claimer_start(&c, r) != 0)
+            log_event(r, "error", "where", "run", "error", "no claimer thread: claiming inline");
+        else if (r->opts.claim_outbox)
+            cp = &c;
     }
-    int next_job = 0;
     double last_gauges = 0;
     int broker_backoff = 0;
     while (!stopping(r, stop)) {
         size_t n = 0;
-        int rc = pipelined ? pipelined_step(r, &k, &next_job, &n) : acemq_relay_step(r, &n);
+        int rc = pipelined ? pipelined_step(r, &k, cp, &n) : acemq_relay_step(r, &n);
         double now = mono_ms();
         if (now - last_gauges >= 1000) {
             refresh_gauges(r);
@@ -453,7 +694,10 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
         }
     }
     if (pipelined) {
-        /* The batch in flight is marked before run returns. */
+        /* Claiming stops (a batch claimed ahead goes back unsent); the
+         * batch in flight is collected and marked before run returns. */
+        if (cp) claimer_stop(cp);
+        collect_pending(r, &k);
         pthread_mutex_lock(&k.mu);
         k.quit = 1;
         pthread_cond_broadcast(&k.cv);

@@ -155,7 +155,7 @@ static void nack_is_a_failure(void **state)
 {
     world *w = *state;
     add_n(w, 3, "orders", NULL);
-    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_NACK, 1, 0);
+    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_NACK, 3, 0);
     drain(w);
     acemq_relay_stats s;
     acemq_relay_stats_get(w->r, &s);
@@ -269,37 +269,74 @@ static void *run_relay(void *arg)
     return NULL;
 }
 
-/* run() with a marker thread: marks trail the publishes by a batch, and every
- * record still goes once, in order per key, with failures marked too. */
-static void pipelined_run_marks_everything(void **state)
+/* run() as `acemq relay` runs it, on a thread: a marker handle always, a
+ * claimer handle when asked for. */
+typedef struct pipe_run {
+    acemq_outbox *mark_ob, *claim_ob;
+    acemq_relay *r;
+    runner x;
+    pthread_t t;
+} pipe_run;
+
+static void pipe_start(world *w, pipe_run *p, size_t batch, int claimer)
 {
-    world *w = *state;
+    memset(p, 0, sizeof *p);
+    p->mark_ob = outbox_fixture_open(&w->f);
+    if (claimer) p->claim_ob = outbox_fixture_open(&w->f);
+    acemq_relay_options o;
+    acemq_relay_options_init(&o);
+    o.batch = batch;
+    o.poll_ms = 5;
+    o.mark_outbox = p->mark_ob;
+    o.claim_outbox = p->claim_ob;
+    assert_int_equal(acemq_relay_new(&p->r, w->ob, w->b, &o), 0);
+    p->x.r = p->r;
+    assert_int_equal(pthread_create(&p->t, NULL, run_relay, &p->x), 0);
+}
+
+/* Waits (bounded, on progress, not on time) until the counters reach
+ * published and settled (published + failed + unknown). */
+static void pipe_wait(pipe_run *p, uint64_t published, uint64_t settled)
+{
+    acemq_relay_stats s;
+    for (int i = 0; i < 60000; i++) {
+        acemq_relay_stats_get(p->r, &s);
+        if (s.published >= published && s.published + s.failed + s.unknown >= settled) return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("the relay stalled at %llu published", (unsigned long long)s.published);
+}
+
+static void pipe_stop(pipe_run *p)
+{
+    acemq_relay_stop(p->r); /* *stop is for signal handlers; threads call this */
+    pthread_join(p->t, NULL);
+    assert_int_equal(p->x.rc, 0);
+}
+
+static void pipe_free(pipe_run *p)
+{
+    acemq_relay_free(p->r);
+    acemq_outbox_close(p->claim_ob);
+    acemq_outbox_close(p->mark_ob);
+}
+
+/* run() pipelined: marks trail the publishes by a batch, claims run ahead,
+ * confirms stay in flight across batches, and every record still goes
+ * once, in order per key, with failures marked too. */
+static void pipelined_marks_everything(world *w, int claimer)
+{
     add_n(w, 300, "orders", NULL);
     add_n(w, 40, "keyed", "k");
     acemq__memory_broker_unroutable(w->probe, "nowhere");
     add_n(w, 2, "nowhere", NULL);
-    acemq_outbox *mark_ob = outbox_fixture_open(&w->f);
-    acemq_relay *r = NULL;
-    acemq_relay_options o;
-    acemq_relay_options_init(&o);
-    o.batch = 7; /* many batches, so marks and claims overlap often */
-    o.poll_ms = 5;
-    o.mark_outbox = mark_ob;
-    assert_int_equal(acemq_relay_new(&r, w->ob, w->b, &o), 0);
-    runner x = {.r = r};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, run_relay, &x), 0);
+    pipe_run p;
+    pipe_start(w, &p, 7, claimer); /* many batches, so claims, sends and marks overlap often */
+    pipe_wait(&p, 340, 342);
+    pipe_stop(&p);
     acemq_relay_stats s;
-    for (int i = 0; i < 60000; i++) { /* bounded wait on progress, not a timing */
-        acemq_relay_stats_get(r, &s);
-        if (s.published == 340 && s.failed == 2) break;
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    acemq_relay_stop(r); /* *stop is for signal handlers; threads call this */
-    pthread_join(t, NULL);
-    assert_int_equal(x.rc, 0);
-    acemq_relay_stats_get(r, &s);
+    acemq_relay_stats_get(p.r, &s);
     assert_int_equal(s.published, 340);
     assert_int_equal(s.failed, 2);
     assert_int_equal(acemq__memory_broker_count(w->probe), 340);
@@ -315,11 +352,125 @@ static void pipelined_run_marks_everything(void **state)
         }
     }
     assert_int_equal(last, 39);
-    acemq_outbox_pending p;
-    assert_int_equal(acemq_outbox_pending_count(w->ob, &p), 0);
-    assert_int_equal(p.claimed, 0); /* every mark was written before run returned */
-    acemq_relay_free(r);
-    acemq_outbox_close(mark_ob);
+    acemq_outbox_pending q;
+    assert_int_equal(acemq_outbox_pending_count(w->ob, &q), 0);
+    assert_int_equal(q.claimed, 0); /* every mark was written before run returned */
+    pipe_free(&p);
+}
+
+static void pipelined_run_marks_everything(void **state)
+{
+    pipelined_marks_everything(*state, 0);
+}
+
+static void pipelined_run_with_claimer_marks_everything(void **state)
+{
+    pipelined_marks_everything(*state, 1);
+}
+
+/* How many times the broker holds id. */
+static int times_stored(world *w, const char *id)
+{
+    int seen = 0;
+    size_t n = acemq__memory_broker_count(w->probe);
+    for (size_t k = 0; k < n; k++) {
+        char got[256];
+        stored_id(w, k, got, sizeof got);
+        seen += strcmp(got, id) == 0;
+    }
+    return seen;
+}
+
+/* The connection drops while batch 2 is sent and batch 1's confirms are
+ * still in flight (the broker holds them until collect): both batches are
+ * UNKNOWN, nothing is marked or released, and after the leases every record
+ * goes again: the 15 the broker took are duplicates, none is lost. */
+static void pipelined_drop_leaves_both_batches(void **state)
+{
+    world *w = *state;
+    add_n(w, 20, "orders", NULL);
+    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_DROP, 1, 15);
+    pipe_run p;
+    pipe_start(w, &p, 10, 1);
+    pipe_wait(&p, 0, 20);
+    pipe_stop(&p);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(p.r, &s);
+    assert_int_equal(s.unknown, 20);
+    assert_int_equal(s.published + s.failed + s.released, 0);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 15);
+    acemq_outbox_pending q;
+    assert_int_equal(acemq_outbox_pending_count(w->ob, &q), 0);
+    assert_int_equal(q.claimed, 20); /* left to their leases */
+    pipe_free(&p);
+    acemq_manual_clock_advance(w->f.clock, 30000);
+    drain(w);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 35);
+    for (int i = 0; i < 20; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "orders-%04d", i);
+        assert_int_equal(times_stored(w, id), i < 15 ? 2 : 1);
+    }
+}
+
+/* Nacks for three records of batch 2, decided while batch 1 is unconfirmed:
+ * exactly those three fail and back off, the other 17 are published. */
+static void pipelined_nack_fails_exactly_those(void **state)
+{
+    world *w = *state;
+    add_n(w, 20, "orders", NULL);
+    acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_NACK, 3, 12);
+    pipe_run p;
+    pipe_start(w, &p, 10, 1);
+    pipe_wait(&p, 17, 20);
+    pipe_stop(&p);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(p.r, &s);
+    assert_int_equal(s.published, 17);
+    assert_int_equal(s.nacked, 3);
+    assert_int_equal(s.failed, 3);
+    assert_int_equal(s.unknown, 0);
+    pipe_free(&p);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 17);
+    for (int i = 0; i < 20; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "orders-%04d", i);
+        assert_int_equal(times_stored(w, id), i >= 12 && i < 15 ? 0 : 1);
+    }
+    /* After their back-off the three go, attempt 1 on them. */
+    acemq_manual_clock_advance(w->f.clock, 60000);
+    drain(w);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 20);
+    for (size_t k = 17; k < 20; k++) {
+        acemq__stored_msg m;
+        assert_int_equal(acemq__memory_broker_get(w->probe, k, &m), 0);
+        assert_int_equal(m.attempts, 1);
+        assert_non_null(strstr("orders-0012 orders-0013 orders-0014", m.message_id));
+    }
+}
+
+/* Stopped mid-run: claiming stops, what was sent is confirmed and marked,
+ * and a batch claimed ahead but never sent is released, so no record is
+ * left waiting for a lease. */
+static void stop_releases_what_was_claimed_ahead(void **state)
+{
+    world *w = *state;
+    add_n(w, 1000, "orders", NULL);
+    pipe_run p;
+    pipe_start(w, &p, 10, 1);
+    pipe_wait(&p, 100, 100);
+    pipe_stop(&p);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(p.r, &s);
+    pipe_free(&p);
+    assert_int_equal(s.unknown + s.failed, 0);
+    assert_int_equal(acemq__memory_broker_count(w->probe), s.published);
+    acemq_outbox_pending q;
+    assert_int_equal(acemq_outbox_pending_count(w->ob, &q), 0);
+    assert_int_equal(q.claimed, 0);
+    assert_int_equal(q.unclaimed, 1000 - s.published);
+    drain(w); /* the rest goes at once, with no lease to wait out */
+    assert_int_equal(acemq__memory_broker_count(w->probe), 1000);
 }
 
 int main(int argc, char **argv)
@@ -334,6 +485,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(unreachable_broker_releases, setup, teardown),
         cmocka_unit_test_setup_teardown(ordering_key_survives_a_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(pipelined_run_marks_everything, setup, teardown),
+        cmocka_unit_test_setup_teardown(pipelined_run_with_claimer_marks_everything, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(pipelined_drop_leaves_both_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(pipelined_nack_fails_exactly_those, setup, teardown),
+        cmocka_unit_test_setup_teardown(stop_releases_what_was_claimed_ahead, setup, teardown),
     };
     return cmocka_run_group_tests_name(use_pg ? "relay (postgres outbox)" : "relay (sqlite outbox)",
                                        tests, NULL, NULL);

@@ -101,6 +101,18 @@ static void declare_queue(const char *q, const char *ex, const char *key, amqp_t
     must(amqp_get_rpc_reply(admin), "queue.bind");
 }
 
+/* A fresh exchange and a durable queue bound to it with key "k", both named
+ * after tag (the queue "<tag>.q"); ex and q need room for 128 bytes. */
+static void bound_route(char *ex, char *q, const char *tag)
+{
+    char qtag[96];
+    (void)snprintf(qtag, sizeof qtag, "%s.q", tag);
+    name(ex, 128, tag);
+    name(q, 128, qtag);
+    declare_exchange(ex);
+    declare_queue(q, ex, "k", amqp_empty_table);
+}
+
 /* basic.get: 1 and the message in *m (amqp_destroy_message it), or 0 when
  * the queue is empty. */
 static int get_one(const char *q, amqp_message_t *m)
@@ -159,10 +171,7 @@ static void many_confirmed_and_intact(void **state)
 {
     (void)state;
     char ex[128], q[128];
-    name(ex, sizeof ex, "many");
-    name(q, sizeof q, "many.q");
-    declare_exchange(ex);
-    declare_queue(q, ex, "k", amqp_empty_table);
+    bound_route(ex, q, "many");
 
     acemq_broker_msg *msgs = calloc(N_MANY, sizeof *msgs);
     acemq_publish_result *res = calloc(N_MANY, sizeof *res);
@@ -236,11 +245,8 @@ static void unroutable_is_returned(void **state)
 {
     (void)state;
     char ex[128], lonely[128], q[128];
-    name(ex, sizeof ex, "routed");
-    name(q, sizeof q, "routed.q");
+    bound_route(ex, q, "routed");
     name(lonely, sizeof lonely, "lonely");
-    declare_exchange(ex);
-    declare_queue(q, ex, "k", amqp_empty_table);
     declare_exchange(lonely); /* no binding at all */
 
     acemq_broker_msg m[6] = {msg(ex, "k", "a"),       msg(lonely, "nowhere", "b"),
@@ -303,11 +309,8 @@ static void missing_exchange_closes_channel_then_recovers(void **state)
 {
     (void)state;
     char ex[128], q[128], nope[128];
-    name(ex, sizeof ex, "good");
-    name(q, sizeof q, "good.q");
+    bound_route(ex, q, "good");
     name(nope, sizeof nope, "no-such-exchange");
-    declare_exchange(ex);
-    declare_queue(q, ex, "k", amqp_empty_table);
 
     acemq_broker *b = open_broker(256);
     acemq_broker_msg bad[3] = {msg(nope, "k", "x1"), msg(nope, "k", "x2"), msg(nope, "k", "x3")};
@@ -370,10 +373,7 @@ static void lost_connection_then_reconnects(void **state)
 {
     (void)state;
     char ex[128], q[128];
-    name(ex, sizeof ex, "cut");
-    name(q, sizeof q, "cut.q");
-    declare_exchange(ex);
-    declare_queue(q, ex, "k", amqp_empty_table);
+    bound_route(ex, q, "cut");
 
     acemq_broker *b = open_broker(256);
     acemq_broker_msg m[2] = {msg(ex, "k", "c1"), msg(ex, "k", "c2")};
@@ -396,16 +396,97 @@ static void lost_connection_then_reconnects(void **state)
     acemq_broker_close(b);
 }
 
+/* Pipelined sends, window 8: three sends of 100 with two outstanding at a
+ * time, the second holding messages that come back unroutable under the
+ * same ids as routed ones of the first. Every outcome lands on its own
+ * message, and the queue holds the routed ones once each, in order. */
+static void pipelined_sends_keep_outcomes_apart(void **state)
+{
+    (void)state;
+    char ex[128], lonely[128], q[128];
+    bound_route(ex, q, "pipe");
+    name(lonely, sizeof lonely, "pipe.lonely");
+    declare_exchange(lonely); /* no binding at all */
+    enum { N = 100 };
+    static char ids[3][N][16];
+    static acemq_broker_msg m[3][N];
+    static acemq_publish_result r[3][N];
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < N; i++) {
+            snprintf(ids[s][i], sizeof ids[s][i], "p%d", s == 1 ? i : s * N + i);
+            int unroutable = s == 1 && i % 10 == 3;
+            m[s][i] = msg(unroutable ? lonely : ex, "k", ids[s][i]);
+        }
+    acemq_broker *b = open_broker(8);
+    assert_int_equal(acemq_broker_send(b, m[0], N, r[0]), 0);
+    assert_int_equal(acemq_broker_send(b, m[1], N, r[1]), 0);
+    assert_int_equal(acemq_broker_collect(b), 0);
+    assert_int_equal(acemq_broker_send(b, m[2], N, r[2]), 0);
+    assert_int_equal(acemq_broker_collect(b), 0);
+    assert_int_equal(acemq_broker_collect(b), 0);
+    assert_int_equal(acemq_broker_collect(b), ACEMQ_ENOENT);
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < N; i++) {
+            int want = s == 1 && i % 10 == 3 ? ACEMQ_PUBLISH_RETURNED : ACEMQ_PUBLISH_CONFIRMED;
+            if (r[s][i].outcome != want)
+                fail_msg("send %d message %d: outcome %d, expected %d (%s)", s, i, r[s][i].outcome,
+                         want, r[s][i].reason ? r[s][i].reason : "");
+        }
+    int got = 0;
+    amqp_message_t am;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < N; i++) {
+            if (s == 1 && i % 10 == 3) continue;
+            if (!get_one(q, &am)) fail_msg("the queue ran dry at send %d message %d", s, i);
+            if (!bytes_eq(am.properties.message_id, ids[s][i]))
+                fail_msg("send %d message %d: got '%.*s'", s, i, (int)am.properties.message_id.len,
+                         (const char *)am.properties.message_id.bytes);
+            got++;
+            amqp_destroy_message(&am);
+        }
+    assert_int_equal(get_one(q, &am), 0);
+    assert_int_equal(got, 3 * N - 10);
+    acemq_broker_close(b);
+}
+
+/* The connection is cut with a send outstanding, before its confirms were
+ * read: that send and the next one are UNKNOWN ("lost connection"), and
+ * after both are collected the handle reconnects. */
+static void cut_with_sends_outstanding(void **state)
+{
+    (void)state;
+    char ex[128], q[128];
+    bound_route(ex, q, "pipecut");
+    acemq_broker *b = open_broker(256);
+    acemq_broker_msg m[3] = {msg(ex, "k", "d1"), msg(ex, "k", "d2"), msg(ex, "k", "d3")};
+    acemq_publish_result ra[3], rb[3];
+    assert_int_equal(acemq_broker_publish(b, m, 3, ra), 0); /* connected, all confirmed */
+    assert_int_equal(acemq_broker_send(b, m, 3, ra), 0);    /* window 256: no confirm read */
+    int fd = broker_fd();
+    assert_true(fd >= 0);
+    assert_int_equal(shutdown(fd, SHUT_RDWR), 0);
+    assert_int_equal(acemq_broker_send(b, m, 3, rb), 0);
+    assert_int_equal(acemq_broker_collect(b), 0);
+    assert_int_equal(acemq_broker_collect(b), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ra[i].outcome, ACEMQ_PUBLISH_UNKNOWN);
+        assert_int_equal(rb[i].outcome, ACEMQ_PUBLISH_UNKNOWN);
+        if (!strstr(ra[i].reason, "lost connection")) fail_msg("reason: %s", ra[i].reason);
+        if (!strstr(rb[i].reason, "lost connection")) fail_msg("reason: %s", rb[i].reason);
+    }
+    assert_int_equal(acemq_broker_publish(b, m, 3, ra), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ra[i].outcome, ACEMQ_PUBLISH_CONFIRMED);
+    acemq_broker_close(b);
+}
+
 /* Headers that are not a JSON object of strings fail the whole call before
  * a byte is sent; the handle goes on working. */
 static void bad_headers_fail_the_call_whole(void **state)
 {
     (void)state;
     char ex[128], q[128];
-    name(ex, sizeof ex, "hdr");
-    name(q, sizeof q, "hdr.q");
-    declare_exchange(ex);
-    declare_queue(q, ex, "k", amqp_empty_table);
+    bound_route(ex, q, "hdr");
 
     acemq_broker *b = open_broker(256);
     acemq_broker_msg m[2] = {msg(ex, "k", "h1"), msg(ex, "k", "h2")};
@@ -480,6 +561,8 @@ int main(void)
         cmocka_unit_test(full_queue_nacks),
         cmocka_unit_test(missing_exchange_closes_channel_then_recovers),
         cmocka_unit_test(lost_connection_then_reconnects),
+        cmocka_unit_test(pipelined_sends_keep_outcomes_apart),
+        cmocka_unit_test(cut_with_sends_outstanding),
         cmocka_unit_test(bad_headers_fail_the_call_whole),
         cmocka_unit_test(bad_urls),
         cmocka_unit_test(wrong_password),

@@ -336,12 +336,14 @@ static void kill_9_loses_nothing(void **state)
     pid_t relay = start_relay(f, "3", "1");
     wait_pending(ob, 0, 300);
     long got = 0, dups = finish_and_count_duplicates(relay, N, &got);
-    /* What a killed relay had in flight, claimed and not yet marked, is at
-     * most two batches: one being published, and the one before it whose
-     * marks the marker thread is still writing. */
+    /* What a killed relay had published and not yet marked is at most four
+     * batches: one being sent, the one before it whose last confirms are
+     * still coming in, one whose marks the marker thread is writing and one
+     * waiting for the marker. (A batch claimed ahead and not yet sent goes
+     * again after its lease, but was never published: no duplicate.) */
     printf("kill -9: %d kills, %ld messages for %d records, %ld duplicates (bound %d)\n", kills,
-           got, N, dups, kills * 2 * BATCH);
-    assert_true(dups <= (long)kills * 2 * BATCH);
+           got, N, dups, kills * 4 * BATCH);
+    assert_true(dups <= (long)kills * 4 * BATCH);
     acemq_outbox_close(ob);
 }
 
