@@ -274,7 +274,7 @@ static void report(FILE *out, const char *name, double ns, const char *peer, con
 {
     if (pr && pr->ns > 0) {
         double ratio = pr->ns / ns;
-        printf("%-24s %10.2f  %-22s %10.2f %8.1fx  %s\n", name, ns, peer, pr->ns, ratio,
+        printf("%-27s %10.2f  %-22s %10.2f %8.1fx  %s\n", name, ns, peer, pr->ns, ratio,
                ratio >= TARGET_RATIO ? "yes" : "NO");
         fprintf(out,
                 "{\"bench\":\"audit\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"ns/id\","
@@ -283,7 +283,7 @@ static void report(FILE *out, const char *name, double ns, const char *peer, con
                 name, ns, peer, pr->ns, ratio, ratio >= TARGET_RATIO ? "true" : "false");
     } else {
         const char *why = pr ? "skipped" : "-";
-        printf("%-24s %10.2f  %-22s %10s %9s  %s\n", name, ns, pr ? peer : "-", why, "-", "-");
+        printf("%-27s %10.2f  %-22s %10s %9s  %s\n", name, ns, pr ? peer : "-", why, "-", "-");
         fprintf(out,
                 "{\"bench\":\"audit\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"ns/id\","
                 "\"peer\":%s%s%s,\"peer_value\":null,\"ratio\":null,\"target\":%s,"
@@ -392,7 +392,7 @@ int main(int argc, char **argv)
         printf("ActiveMQ peer skipped: --no-peer\n");
     }
 
-    printf("\n%-24s %10s  %-22s %10s %9s  %s\n", "case", "acemq ns", "peer", "peer ns", "ratio",
+    printf("\n%-27s %10s  %-22s %10s %9s  %s\n", "case", "acemq ns", "peer", "peer ns", "ratio",
            "ratio >= 10");
     report(out, "text/check", text, "activemq-string", &p_string);
     report(out, "split/check_seq", split, "activemq-messageid", &p_msgid);
