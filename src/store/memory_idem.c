@@ -11,7 +11,8 @@
  * bytes per entry, all of it resident soon after the first claims, since
  * ids hash all over the table) and never double: no rehash, and no
  * outgrown tables to fill and zero, which over a million new ids costs as
- * much as the table itself (measured: 40% more pairs per second in batches).
+ * much as the table itself (measured: 40-70% more pairs per second in
+ * batches).
  *
  * Slabs and tables come from the store's arena (memory_arena.h), in
  * transparent huge pages once it is big: a million ids fault in some 100

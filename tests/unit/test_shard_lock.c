@@ -3,6 +3,7 @@
  * threads than cores) so that the sleeping path runs too. Run under
  * ThreadSanitizer in CI, which also checks the lock's happens-before edges. */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
