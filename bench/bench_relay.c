@@ -42,8 +42,20 @@ typedef struct config {
     const char *amqp_url, *pg_url, *out_path;
     long records;
     int reps, batch, window, quick, latency_inline;
+    int synchronous; /* the relay's handles; acemq relay's default, FULL */
     char dir[256];
 } config;
+
+/* A relay-side outbox handle, opened as acemq relay opens its three. */
+static acemq_outbox *open_relay_outbox(const config *cfg, const char *url)
+{
+    acemq_outbox_options o;
+    acemq_outbox_options_init(&o);
+    o.synchronous = cfg->synchronous;
+    acemq_outbox *h = NULL;
+    if (acemq_outbox_open(&h, url, &o) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
+    return h;
+}
 
 /* ------------------------------------------------------------ rabbitmq-c */
 
@@ -229,12 +241,10 @@ static void *relay_main(void *arg)
  * from the start until the last record is marked published. */
 static double run_relay(const config *cfg, const char *outbox_url, long n)
 {
-    acemq_outbox *ob = NULL, *mark_ob = NULL, *claim_ob = NULL;
+    acemq_outbox *ob = open_relay_outbox(cfg, outbox_url);
+    acemq_outbox *mark_ob = open_relay_outbox(cfg, outbox_url);
+    acemq_outbox *claim_ob = open_relay_outbox(cfg, outbox_url);
     acemq_broker *b = NULL;
-    if (acemq_outbox_open(&ob, outbox_url, NULL) != 0 ||
-        acemq_outbox_open(&mark_ob, outbox_url, NULL) != 0 ||
-        acemq_outbox_open(&claim_ob, outbox_url, NULL) != 0)
-        die("outbox: %s", acemq_outbox_errmsg(NULL));
     acemq_broker_options bo;
     acemq_broker_options_init(&bo);
     bo.window = cfg->window;
@@ -285,9 +295,8 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
     raw_confirm_latency(cfg->amqp_url, n, rate, &raw50, &raw99);
     fresh_queue(cfg->amqp_url);
     exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
-    acemq_outbox *ob = NULL, *mark_ob = NULL, *claim_ob = NULL;
+    acemq_outbox *ob = open_relay_outbox(cfg, outbox_url), *mark_ob = NULL, *claim_ob = NULL;
     acemq_broker *b = NULL;
-    if (acemq_outbox_open(&ob, outbox_url, NULL) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
     if (acemq_broker_open(&b, cfg->amqp_url, NULL) != 0)
         die("broker: %s", acemq_broker_errmsg(NULL));
     acemq_relay_options ro;
@@ -295,9 +304,8 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
     /* As `acemq relay` runs it, unless --latency-inline: claims and marks on
      * handles and threads of their own. */
     if (!cfg->latency_inline) {
-        if (acemq_outbox_open(&mark_ob, outbox_url, NULL) != 0 ||
-            acemq_outbox_open(&claim_ob, outbox_url, NULL) != 0)
-            die("outbox: %s", acemq_outbox_errmsg(NULL));
+        mark_ob = open_relay_outbox(cfg, outbox_url);
+        claim_ob = open_relay_outbox(cfg, outbox_url);
         ro.mark_outbox = mark_ob;
         ro.claim_outbox = claim_ob;
     }
@@ -446,7 +454,8 @@ int main(int argc, char **argv)
                   .records = 20000,
                   .reps = 3,
                   .batch = 500,
-                  .window = 256};
+                  .window = 256,
+                  .synchronous = ACEMQ_SYNC_FULL};
     cfg.amqp_url = getenv("ACEMQ_AMQP_URL");
     cfg.pg_url = getenv("ACEMQ_PG_URL");
     for (int i = 1; i < argc; i++) {
@@ -464,13 +473,21 @@ int main(int argc, char **argv)
             cfg.batch = atoi(argv[++i]);
         else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
             cfg.window = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--latency-inline") == 0)
+        else if (strcmp(argv[i], "--synchronous") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            cfg.synchronous = strcmp(v, "full") == 0     ? ACEMQ_SYNC_FULL
+                              : strcmp(v, "normal") == 0 ? ACEMQ_SYNC_NORMAL
+                              : strcmp(v, "off") == 0    ? ACEMQ_SYNC_OFF
+                                                         : -1;
+            if (cfg.synchronous < 0) die("--synchronous full|normal|off");
+        } else if (strcmp(argv[i], "--latency-inline") == 0)
             cfg.latency_inline = 1;
         else if (strcmp(argv[i], "--quick") == 0)
             cfg.quick = 1, cfg.reps = 1, cfg.records = 5000;
         else {
             fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
-                            " [--reps N] [--batch N] [--window N] [--latency-inline] [--quick]\n");
+                            " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
+                            " [--latency-inline] [--quick]\n");
             return 2;
         }
     }
@@ -485,9 +502,10 @@ int main(int argc, char **argv)
     if (!mkdtemp(cfg.dir)) die("mkdtemp failed");
     FILE *out = fopen(cfg.out_path, "a");
     if (!out) die("opening %s", cfg.out_path);
+    static const char *const sync_names[] = {"off", "normal", "full"};
     printf("relay: outbox -> RabbitMQ (persistent, confirms), %ld records of %d bytes, batch %d,"
-           " window %d, median of %d\n",
-           cfg.records, BODY_LEN, cfg.batch, cfg.window, cfg.reps);
+           " window %d, relay synchronous=%s, median of %d\n",
+           cfg.records, BODY_LEN, cfg.batch, cfg.window, sync_names[cfg.synchronous], cfg.reps);
     printf("%-26s %10s  %-28s %10s %7s  %-7s %s\n", "case", "records/s", "peer", "records/s",
            "ratio", "target", "met");
     bench_backend(&cfg, out, 0);

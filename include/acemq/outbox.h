@@ -78,8 +78,15 @@ typedef struct acemq_outbox_options {
     int delete_on_publish;    /* 1: a published record is deleted, not kept; default 0 */
     const acemq_clock *clock; /* NULL: the database's clock (PostgreSQL), the system clock
                                  (SQLite) */
-    int synchronous;          /* sqlite: an acemq_sync_mode; default FULL */
-    int busy_timeout_ms;      /* sqlite: how long to wait on a locked database; default 5,000 */
+    /* An acemq_sync_mode for this handle's own commits (claims, marks,
+     * releases, retries, purges; not acemq_outbox_add_*, which commit in the
+     * caller's transaction): SQLite's PRAGMA synchronous; on PostgreSQL
+     * FULL keeps the server's synchronous_commit and NORMAL or OFF set it
+     * off for the session. Below FULL a database crash may forget the last
+     * of those commits, whose records then go out again (duplicates, never
+     * a loss). Default FULL (acemq relay: --synchronous). */
+    int synchronous;
+    int busy_timeout_ms; /* sqlite: how long to wait on a locked database; default 5,000 */
 } acemq_outbox_options;
 
 ACEMQ_EXTERN void acemq_outbox_options_init(acemq_outbox_options *o);

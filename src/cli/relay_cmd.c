@@ -27,7 +27,8 @@ static void on_signal(int sig)
 static void usage_line(FILE *f)
 {
     fputs("usage: acemq relay --outbox URL --broker URL [--batch N] [--lease S] [--window N]\n"
-          "                   [--poll S] [--confirm-timeout S] [--metrics HOST:PORT] [-v]\n",
+          "                   [--poll S] [--confirm-timeout S] [--synchronous MODE]\n"
+          "                   [--metrics HOST:PORT] [-v]\n",
           f);
 }
 
@@ -51,6 +52,10 @@ static void help(void)
           "  --poll S             seconds between looks when idle; PostgreSQL wakes at once\n"
           "                       on NOTIFY (default 1; decimals allowed, e.g. 0.05)\n"
           "  --confirm-timeout S  a confirm later than this is unknown (default 20)\n"
+          "  --synchronous MODE   full, normal or off: whether the relay's own claims and\n"
+          "                       marks wait for the disk (default full). Below full a\n"
+          "                       database crash can forget the last marks, and those\n"
+          "                       records go out again: duplicates, never a loss\n"
           "  --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
           "  -v, --verbose        a log line per batch as well as per event\n"
           "\n"
@@ -88,6 +93,24 @@ static int parse_seconds(const char *opt, const char *text, int64_t lo, int64_t 
     return 0;
 }
 
+static int parse_synchronous(const char *text, int *mode)
+{
+    static const char *const names[] = {"off", "normal", "full"}; /* acemq_sync_mode order */
+    for (int i = 0; i < 3; i++)
+        if (strcmp(text, names[i]) == 0) {
+            *mode = i;
+            return 0;
+        }
+    fprintf(stderr, "acemq relay: --synchronous must be full, normal or off, not '%s'\n", text);
+    return -1;
+}
+
+static void close_outboxes(acemq_outbox **obs, int n)
+{
+    for (int k = 0; k < n; k++)
+        acemq_outbox_close(obs[k]);
+}
+
 int acemq__cli_relay(int argc, char **argv)
 {
     const char *outbox_url = NULL, *broker_url = NULL, *metrics_addr = NULL, *v = NULL;
@@ -96,6 +119,12 @@ int acemq__cli_relay(int argc, char **argv)
     acemq_broker_options bo;
     acemq_broker_options_init(&bo);
     bo.confirm_timeout_ms = 20000;
+    /* --synchronous below full lets the relay's own commits skip the fsync:
+     * a mark lost in a crash only sends its record again, which
+     * at-least-once allows. Full by default: it bought nothing measurable
+     * here (docs/performance.md). */
+    acemq_outbox_options oo;
+    acemq_outbox_options_init(&oo);
     for (int i = 1; i < argc; i++) {
         int m;
         uint32_t u;
@@ -133,6 +162,8 @@ int acemq__cli_relay(int argc, char **argv)
             if (m < 0 || parse_seconds("--confirm-timeout", v, 1, 3600000, &ms) != 0)
                 return usage_error();
             bo.confirm_timeout_ms = (int)ms;
+        } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--synchronous", &v)) != 0) {
+            if (m < 0 || parse_synchronous(v, &oo.synchronous) != 0) return usage_error();
         } else {
             fprintf(stderr, "acemq relay: unknown argument '%s'\n", argv[i]);
             return usage_error();
@@ -150,38 +181,29 @@ int acemq__cli_relay(int argc, char **argv)
     }
     ro.log = stderr;
 
-    acemq_outbox *ob = NULL, *mark_ob = NULL, *claim_ob = NULL;
+    /* Three connections: the relay's own, one the marker thread writes the
+     * marks on while the next batch goes out, one the claimer thread claims
+     * the next batch on while this one goes out. */
+    acemq_outbox *obs[3] = {NULL, NULL, NULL};
     acemq_broker *b = NULL;
     acemq_relay *r = NULL;
     acemq__metrics *metrics = NULL;
-    int rc = acemq_outbox_open(&ob, outbox_url, NULL);
-    if (rc != 0) {
-        fprintf(stderr, "acemq relay: outbox %s: %s\n", outbox_url, acemq_outbox_errmsg(NULL));
-        return ACEMQ_CLI_FAIL;
+    int rc = 0;
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        rc = acemq_outbox_open(&obs[k], outbox_url, &oo);
+        if (rc != 0) {
+            fprintf(stderr, "acemq relay: outbox %s: %s\n", outbox_url, acemq_outbox_errmsg(NULL));
+            close_outboxes(obs, k);
+            return ACEMQ_CLI_FAIL;
+        }
     }
-    /* A second connection writes the marks while the next batch goes out. */
-    rc = acemq_outbox_open(&mark_ob, outbox_url, NULL);
-    if (rc != 0) {
-        fprintf(stderr, "acemq relay: outbox %s: %s\n", outbox_url, acemq_outbox_errmsg(NULL));
-        acemq_outbox_close(ob);
-        return ACEMQ_CLI_FAIL;
-    }
-    ro.mark_outbox = mark_ob;
-    /* A third claims the next batch while this one goes out. */
-    rc = acemq_outbox_open(&claim_ob, outbox_url, NULL);
-    if (rc != 0) {
-        fprintf(stderr, "acemq relay: outbox %s: %s\n", outbox_url, acemq_outbox_errmsg(NULL));
-        acemq_outbox_close(mark_ob);
-        acemq_outbox_close(ob);
-        return ACEMQ_CLI_FAIL;
-    }
-    ro.claim_outbox = claim_ob;
+    acemq_outbox *ob = obs[0];
+    ro.mark_outbox = obs[1];
+    ro.claim_outbox = obs[2];
     rc = acemq_broker_open(&b, broker_url, &bo);
     if (rc != 0) {
         fprintf(stderr, "acemq relay: broker: %s\n", acemq_broker_errmsg(NULL));
-        acemq_outbox_close(claim_ob);
-        acemq_outbox_close(mark_ob);
-        acemq_outbox_close(ob);
+        close_outboxes(obs, 3);
         return ACEMQ_CLI_FAIL;
     }
     rc = acemq_relay_new(&r, ob, b, &ro);
@@ -211,8 +233,6 @@ int acemq__cli_relay(int argc, char **argv)
     acemq__metrics_stop(metrics);
     acemq_relay_free(r);
     acemq_broker_close(b);
-    acemq_outbox_close(claim_ob);
-    acemq_outbox_close(mark_ob);
-    acemq_outbox_close(ob);
+    close_outboxes(obs, 3);
     return status;
 }

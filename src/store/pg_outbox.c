@@ -24,6 +24,7 @@
 
 #include "acemq/postgres.h"
 #include "outbox/outbox_backend.h"
+#include "outbox/outbox_sync_hooks.h"
 
 #define SCHEMA_VERSION 1
 /* Serialises schema creation between processes opening at once. */
@@ -229,6 +230,14 @@ static int prepare_all(acemq_outbox *h)
      * execution at batch size 1. PostgreSQL 12 and later. */
     int src = exec_simple(h, "SET plan_cache_mode = force_generic_plan", "plan_cache_mode");
     if (src != 0) return src;
+    /* synchronous below FULL: this session's commits (claims, marks, ...) do
+     * not wait for the WAL flush. A server crash may then forget the last
+     * of them, never half of one; for the outbox that only hands records out
+     * again. */
+    if (h->opts.synchronous != ACEMQ_SYNC_FULL) {
+        src = exec_simple(h, "SET synchronous_commit = off", "synchronous_commit");
+        if (src != 0) return src;
+    }
     for (int i = 0; i < Q_COUNT; i++) {
         PGresult *r = PQprepare(p->conn, queries[i].name, queries[i].sql, queries[i].nparams, NULL);
         int rc = check(h, r, PGRES_COMMAND_OK, "preparing a statement");
@@ -811,5 +820,16 @@ int acemq_outbox_add_pg(PGconn *conn, const acemq_outbox_record *r,
     if (!inserted)
         return acemq__outbox_fail_thread(ACEMQ_EEXIST, "add: a record with id '%s' exists", id);
     if (id_out) memcpy(id_out, id, strlen(id) + 1);
+    return 0;
+}
+
+int acemq__pg_outbox_sync_setting(acemq_outbox *h, char *buf, size_t cap)
+{
+    pg *p = h->self;
+    PGresult *r = PQexec(p->conn, "SHOW synchronous_commit");
+    int rc = check(h, r, PGRES_TUPLES_OK, "SHOW synchronous_commit");
+    if (rc != 0) return rc;
+    (void)snprintf(buf, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
     return 0;
 }

@@ -13,12 +13,14 @@
  */
 #include <errno.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "acemq/sqlite.h"
 #include "outbox/outbox_backend.h"
+#include "outbox/outbox_sync_hooks.h"
 #include "store/sqlite_errors.h"
 
 #define SCHEMA_COMPONENT "outbox"
@@ -582,5 +584,18 @@ int acemq__outbox_open_sqlite(acemq_outbox *h, const acemq__url *url)
         sq_close(h);
         h->methods = NULL;
     }
+    return rc;
+}
+
+int acemq__sqlite_outbox_sync_setting(acemq_outbox *h, char *buf, size_t cap)
+{
+    sq *s = h->self;
+    sqlite3_stmt *st = NULL;
+    int prc = sqlite3_prepare_v2(s->db, "PRAGMA synchronous", -1, &st, NULL);
+    if (prc != SQLITE_OK) return sq_fail(h, s->db, prc, "PRAGMA synchronous");
+    prc = sqlite3_step(st);
+    int rc = prc == SQLITE_ROW ? 0 : sq_fail(h, s->db, prc, "PRAGMA synchronous");
+    if (rc == 0) (void)snprintf(buf, cap, "%d", sqlite3_column_int(st, 0));
+    (void)sqlite3_finalize(st); /* its error, if any, was the step's */
     return rc;
 }

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "conformance/outbox_fixture.h"
+#include "outbox/outbox_sync_hooks.h"
 
 static int use_pg;
 
@@ -652,6 +653,40 @@ static void default_clock_is_the_database_s(void **state)
     acemq_outbox_close(h2);
 }
 
+/* opts.synchronous reaches the handle's own session: SQLite's PRAGMA
+ * synchronous; on PostgreSQL synchronous_commit stays as the server has it
+ * (on) for FULL and is off below it. The handle still claims and marks. */
+static void synchronous_reaches_the_session(void **state)
+{
+    outbox_fixture *f = *state;
+    static const char *const sqlite_want[] = {"0", "1", "2"};
+    static const char *const pg_want[] = {"off", "off", "on"};
+    for (int mode = ACEMQ_SYNC_OFF; mode <= ACEMQ_SYNC_FULL; mode++) {
+        f->opts.synchronous = mode;
+        acemq_outbox *h = outbox_fixture_open(f);
+        char got[32] = "";
+        int rc = use_pg ? acemq__pg_outbox_sync_setting(h, got, sizeof got)
+                        : acemq__sqlite_outbox_sync_setting(h, got, sizeof got);
+        assert_int_equal(rc, 0);
+        assert_string_equal(got, use_pg ? pg_want[mode] : sqlite_want[mode]);
+        acemq_outbox_close(h);
+    }
+    outbox_sql(f, NULL, "BEGIN");
+    acemq_outbox_record r = rec("relaxed", NULL, "x");
+    assert_int_equal(outbox_add(f, NULL, &r, NULL), 0);
+    outbox_sql(f, NULL, "COMMIT");
+    f->opts.synchronous = ACEMQ_SYNC_NORMAL;
+    acemq_outbox *h = outbox_fixture_open(f);
+    const acemq_outbox_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(acemq_outbox_claim_batch(h, 10, 60000, &m, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(m[0].id, "relaxed");
+    assert_int_equal(acemq_outbox_mark_published(h, m[0].id, m[0].token), 0);
+    acemq_outbox_close(h);
+    assert_int_equal(outbox_scalar(f, "SELECT count(*) FROM acemq_outbox WHERE state = 1"), 1);
+}
+
 int main(int argc, char **argv)
 {
     use_pg = outbox_backend_from_args(argc, argv);
@@ -678,6 +713,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(add_before_the_schema_exists, setup, teardown),
         cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(default_clock_is_the_database_s, setup, teardown),
+        cmocka_unit_test_setup_teardown(synchronous_reaches_the_session, setup, teardown),
     };
     return cmocka_run_group_tests_name(use_pg ? "outbox conformance (postgres)"
                                               : "outbox conformance (sqlite)",

@@ -33,7 +33,7 @@ sqlite3 "$db" "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WH
 check "status counts the rows" sh -c "'$acemq' outbox status --outbox '$url' | grep -qx 'unclaimed 52'"
 
 "$acemq" relay --outbox "$url" --broker "memory:cli?unroutable=nowhere" --poll 0.05 \
-    --metrics "127.0.0.1:$port" -v 2>"$tmp/relay.log" &
+    --synchronous normal --metrics "127.0.0.1:$port" -v 2>"$tmp/relay.log" &
 relay_pid=$!
 
 metrics() {
@@ -79,6 +79,9 @@ check "purge removes what was published" sh -c "'$acemq' outbox purge --outbox '
 check "relay without --broker: exit 2" test $? = 2
 "$acemq" relay --outbox "$url" --broker memory: --lease 10 --confirm-timeout 20 >/dev/null 2>&1
 check "lease not above the confirm timeout: exit 2" test $? = 2
+"$acemq" relay --outbox "$url" --broker memory: --synchronous sometimes 2>"$tmp/sync.err"
+check "unknown --synchronous: exit 2" test $? = 2
+check "unknown --synchronous: the choices named" grep -q 'full, normal or off' "$tmp/sync.err"
 "$acemq" relay --outbox "kafka://x" --broker memory: >/dev/null 2>&1
 check "unknown outbox URL: exit 1" test $? = 1
 "$acemq" outbox purge --outbox "$url" >/dev/null 2>&1
