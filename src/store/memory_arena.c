@@ -102,7 +102,9 @@ void *acemq__arena_alloc(acemq__arena *a, size_t size)
         memcpy(&a->free_tables[c], p, sizeof(void *)); /* its first bytes link the list */
     }
     int reused = p != NULL;
-    if (!p && ((size_t)(a->end - a->next) >= size || add_block(a, size) == 0)) {
+    /* No block yet: next and end are NULL, and not to be subtracted. */
+    int room = a->next && (size_t)(a->end - a->next) >= size;
+    if (!p && (room || add_block(a, size) == 0)) {
         p = a->next;
         a->next += size;
     }
