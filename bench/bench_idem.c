@@ -799,19 +799,49 @@ static double random_read_ns(size_t bytes)
     return at == (size_t)-1 ? 0 : ns; /* use `at` so the loop stays */
 }
 
+/* The memory cases. All claim and confirm the same cfg->mem_ids new ids, on
+ * a store with room for every id (so nothing is evicted and the figure is
+ * the claim+confirm path alone) unless the case says otherwise:
+ *  - batch16: claimed CLAIM_BATCH at a time through try_claim_many (which
+ *    prefetches the slots of a batch before it probes any), each batch then
+ *    confirmed one id at a time;
+ *  - warm: on a store that claimed and released those ids before the clock
+ *    started, so its tables have grown and its memory is faulted in: the
+ *    code without the cost of growing a fresh store (no target: the target
+ *    is the fresh store's);
+ *  - presize: a fresh store opened with presize=1, its tables sized for
+ *    max_entries at open, so that it never rehashes;
+ *  - window4k: a full store in steady state, 4,096 entries (a pre-filter's
+ *    window), every claim evicting the oldest confirmation; slots and
+ *    entries stay within one core's 1 MiB L2, so this is the path without
+ *    the cold read that memory/1t pays for every new id. */
+typedef struct memory_case {
+    const char *name;
+    int threads, batch, warm, presize;
+    size_t max_entries; /* 0: room for every id */
+    int has_target;
+} memory_case;
+
+static const memory_case memory_cases[] = {
+    {"memory/1t", 1, 0, 0, 0, 0, 1},
+    {"memory/2t", 2, 0, 0, 0, 0, 0},
+    {"memory/batch16/1t", 1, 1, 0, 0, 0, 1},
+    {"memory/batch16/warm/1t", 1, 1, 1, 0, 0, 0},
+    {"memory/presize/1t", 1, 0, 0, 1, 0, 1},
+    {"memory/presize/batch16/1t", 1, 1, 0, 1, 0, 1},
+    {"memory/window4k/1t", 1, 0, 0, 0, 4096, 1},
+};
+#define MEMORY_CASES (sizeof memory_cases / sizeof memory_cases[0])
+
 static void bench_memory(const config *cfg, FILE *out)
 {
-    static const int threads[] = {1, 2};
-    static const char *const batched[] = {"memory/batch16/1t", "memory/batch16/warm/1t",
-                                          "memory/presize/batch16/1t"};
-    static const char *const single[] = {"memory/1t", "memory/2t", "memory/presize/1t",
-                                         "memory/window4k/1t"};
-    int any_batched = 0, any = 0;
-    for (size_t k = 0; k < sizeof batched / sizeof batched[0]; k++)
-        any_batched |= wanted(cfg, batched[k]);
-    for (size_t k = 0; k < sizeof single / sizeof single[0]; k++)
-        any |= wanted(cfg, single[k]);
-    if (!any && !any_batched) return;
+    int any = 0, any_batched = 0;
+    for (size_t k = 0; k < MEMORY_CASES; k++) {
+        int w = wanted(cfg, memory_cases[k].name);
+        any |= w;
+        any_batched |= w && memory_cases[k].batch;
+    }
+    if (!any) return;
     printf("memory: a dependent random read over 32 MiB costs %.0f ns here; over 1 MiB %.0f ns\n",
            random_read_ns((size_t)32 << 20), random_read_ns((size_t)1 << 20));
 
@@ -842,70 +872,22 @@ static void bench_memory(const config *cfg, FILE *out)
     redis_finish(&peer);
 
     print_header();
-    for (size_t k = 0; k < 2; k++) {
-        result r;
-        memset(&r, 0, sizeof r);
-        snprintf(r.name, sizeof r.name, "memory/%dt", threads[k]);
-        if (!wanted(cfg, r.name)) continue;
-        acemq_idem_options o;
-        acemq_idem_options_init(&o);
-        /* Room for every id, so the run never evicts and measures the
-         * claim+confirm path alone. */
-        o.max_entries = cfg->mem_ids + cfg->mem_ids / 4 + 16;
-        double v[16], share;
-        for (int rep = 0; rep < cfg->reps; rep++)
-            v[rep] = acemq_run("memory:", &o, threads[k], 1, cfg->mem_ids, 0, &share);
-        r.backend = "memory";
-        r.threads = threads[k];
-        r.sync = "-";
-        r.value = median(v, cfg->reps);
-        r.peer = peer.available ? "redis SET NX" : "redis SET NX (skipped)";
-        r.peer_value = redis;
-        if (threads[k] == 1) {
-            r.target = ">= 5,000,000/s";
-            r.target_met = r.value >= MEMORY_TARGET;
-        } else {
-            r.target = "-";
-            r.target_met = -1;
-        }
-        report(out, &r);
-    }
-
-    /* The same new ids as memory/1t in other ways:
-     *  - batch16: claimed CLAIM_BATCH at a time through try_claim_many (which
-     *    prefetches the slots of a batch before it probes any), each batch
-     *    then confirmed one id at a time;
-     *  - warm: the same on a store that claimed and released those ids before
-     *    the clock started, so its tables have grown and its memory is
-     *    faulted in: the code without the cost of growing a fresh store (no
-     *    target: the target is the fresh store's);
-     *  - presize: a fresh store opened with presize=1, its tables sized for
-     *    max_entries at open, so that it never rehashes. */
-    static const struct variant {
-        const char *name;
-        int batch, warm, presize;
-    } variants[] = {
-        {"memory/batch16/1t", 1, 0, 0},
-        {"memory/batch16/warm/1t", 1, 1, 0},
-        {"memory/presize/1t", 0, 0, 1},
-        {"memory/presize/batch16/1t", 1, 0, 1},
-    };
-    for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++) {
-        const struct variant *x = &variants[k];
+    for (size_t k = 0; k < MEMORY_CASES; k++) {
+        const memory_case *x = &memory_cases[k];
+        if (!wanted(cfg, x->name)) continue;
         result r;
         memset(&r, 0, sizeof r);
         snprintf(r.name, sizeof r.name, "%s", x->name);
-        if (!wanted(cfg, r.name)) continue;
         acemq_idem_options o;
         acemq_idem_options_init(&o);
-        o.max_entries = cfg->mem_ids + cfg->mem_ids / 4 + 16;
+        o.max_entries = x->max_entries ? x->max_entries : cfg->mem_ids + cfg->mem_ids / 4 + 16;
         double v[16], share;
         for (int rep = 0; rep < cfg->reps; rep++)
             v[rep] = acemq_run_with(x->batch ? acemq_batch_pairs : acemq_pairs, x->warm,
-                                    x->presize ? "memory:?presize=1" : "memory:", &o, 1, 1,
+                                    x->presize ? "memory:?presize=1" : "memory:", &o, x->threads, 1,
                                     cfg->mem_ids, 0, &share);
         r.backend = "memory";
-        r.threads = 1;
+        r.threads = x->threads;
         r.sync = "-";
         r.value = median(v, cfg->reps);
         if (!peer.available)
@@ -913,35 +895,10 @@ static void bench_memory(const config *cfg, FILE *out)
         else
             r.peer = x->batch ? "redis SET NX x16 pipelined" : "redis SET NX";
         r.peer_value = x->batch ? redis_pipelined : redis;
-        r.target = x->warm ? "-" : ">= 5,000,000/s";
-        r.target_met = x->warm ? -1 : r.value >= MEMORY_TARGET;
+        r.target = x->has_target ? ">= 5,000,000/s" : "-";
+        r.target_met = x->has_target ? r.value >= MEMORY_TARGET : -1;
         report(out, &r);
     }
-
-    /* A full store in steady state: 4,096 entries, a pre-filter's window,
-     * with the ids flowing through it and every claim evicting the oldest
-     * confirmation. Slots and entries stay within
-     * one core's 1 MiB L2, so this is the claim+confirm path without the cold
-     * read that memory/1t pays for every new id. */
-    result r;
-    memset(&r, 0, sizeof r);
-    snprintf(r.name, sizeof r.name, "memory/window4k/1t");
-    if (!wanted(cfg, r.name)) return;
-    acemq_idem_options o;
-    acemq_idem_options_init(&o);
-    o.max_entries = 4096;
-    double v[16], share;
-    for (int rep = 0; rep < cfg->reps; rep++)
-        v[rep] = acemq_run("memory:", &o, 1, 1, cfg->mem_ids, 0, &share);
-    r.backend = "memory";
-    r.threads = 1;
-    r.sync = "-";
-    r.value = median(v, cfg->reps);
-    r.peer = peer.available ? "redis SET NX" : "redis SET NX (skipped)";
-    r.peer_value = redis;
-    r.target = ">= 5,000,000/s";
-    r.target_met = r.value >= MEMORY_TARGET;
-    report(out, &r);
 }
 
 static void bench_sqlite(const config *cfg, FILE *out, const char *dir)
