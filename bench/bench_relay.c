@@ -7,7 +7,16 @@
  * on PostgreSQL with NOTIFY, p99 commit-to-confirm <= 10 ms.
  *
  *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
- *               [--batch N] [--window N] [--latency-inline] [--quick]
+ *               [--batch N] [--window N] [--latency-inline] [--filter TEXT]
+ *               [--queue classic-v2|classic-v1|quorum] [--quick]
+ *
+ * --filter runs only the cases whose name contains TEXT. --queue is the kind
+ * of the durable queue every case publishes to, relay and peers alike:
+ * classic-v2 by default (x-queue-version 2, the classic queue storage that
+ * RabbitMQ recommends from 3.13 and the only one from 4.0; Debian 12's 3.10
+ * still declares version 1 when not asked). The queue's kind sets when the
+ * broker's confirms come, hence the latency's floor: docs/performance.md has
+ * both kinds measured.
  *
  * The latency case runs the relay as `acemq relay` does (claimer and marker
  * threads on handles of their own); --latency-inline runs it on one handle,
@@ -42,7 +51,9 @@ typedef struct config {
     const char *amqp_url, *pg_url, *out_path;
     long records;
     int reps, batch, window, quick, latency_inline;
-    int synchronous; /* the relay's handles; acemq relay's default, FULL */
+    const char *filter; /* only the cases whose name contains this */
+    const char *queue;  /* classic-v1, classic-v2, quorum */
+    int synchronous;    /* the relay's handles; acemq relay's default, FULL */
     char dir[256];
 } config;
 
@@ -86,13 +97,26 @@ static void mq_close(amqp_connection_state_t c)
     amqp_destroy_connection(c);
 }
 
-static void fresh_queue(const char *url)
+/* The queue every case publishes to, made anew (deleted and declared) so that
+ * no case inherits another's messages or index: durable, of the kind
+ * --queue names. Both the relay and its peers publish to it. */
+static void fresh_queue(const config *cfg)
 {
-    amqp_connection_state_t c = mq_connect(url);
-    amqp_queue_declare(c, 1, amqp_cstring_bytes(QUEUE), 0, 1, 0, 0, amqp_empty_table);
+    amqp_connection_state_t c = mq_connect(cfg->amqp_url);
+    amqp_queue_delete(c, 1, amqp_cstring_bytes(QUEUE), 0, 0);
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("queue.delete failed");
+    amqp_table_entry_t arg = {.key = amqp_cstring_bytes("x-queue-version")};
+    arg.value.kind = AMQP_FIELD_KIND_I32;
+    arg.value.value.i32 = 2;
+    if (strcmp(cfg->queue, "quorum") == 0) {
+        arg.key = amqp_cstring_bytes("x-queue-type");
+        arg.value.kind = AMQP_FIELD_KIND_UTF8;
+        arg.value.value.bytes = amqp_cstring_bytes("quorum");
+    }
+    amqp_table_t args = {1, &arg};
+    amqp_queue_declare(c, 1, amqp_cstring_bytes(QUEUE), 0, 1, 0, 0,
+                       strcmp(cfg->queue, "classic-v1") == 0 ? amqp_empty_table : args);
     if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("queue.declare failed");
-    amqp_queue_purge(c, 1, amqp_cstring_bytes(QUEUE));
-    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("queue.purge failed");
     mq_close(c);
 }
 
@@ -292,8 +316,9 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
     long n = cfg->quick ? 1000 : 5000;
     const int rate = 1000;
     double raw50 = 0, raw99 = 0;
+    fresh_queue(cfg);
     raw_confirm_latency(cfg->amqp_url, n, rate, &raw50, &raw99);
-    fresh_queue(cfg->amqp_url);
+    fresh_queue(cfg);
     exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
     acemq_outbox *ob = open_relay_outbox(cfg, outbox_url), *mark_ob = NULL, *claim_ob = NULL;
     acemq_broker *b = NULL;
@@ -397,31 +422,14 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
 
 /* ------------------------------------------------------------ cases */
 
-static void bench_backend(const config *cfg, FILE *out, int pg)
+/* The relay against the raw publisher, turn about, median of the reps. */
+static void throughput_case(const config *cfg, FILE *out, int pg, const char *url, sqlite3 *db,
+                            PGconn *conn)
 {
-    char url[1200], path[512];
-    sqlite3 *db = NULL;
-    PGconn *conn = NULL;
-    if (pg) {
-        snprintf(url, sizeof url, "%s", cfg->pg_url);
-    } else {
-        snprintf(path, sizeof path, "%s/relay.db", cfg->dir);
-        snprintf(url, sizeof url, "sqlite:%s", path);
-    }
-    acemq_outbox *h = NULL;
-    if (acemq_outbox_open(&h, url, NULL) != 0) die("open: %s", acemq_outbox_errmsg(NULL));
-    acemq_outbox_close(h);
-    if (pg) {
-        conn = PQconnectdb(url);
-        if (PQstatus(conn) != CONNECTION_OK) die("postgres: %s", PQerrorMessage(conn));
-    } else if (sqlite3_open(path, &db) != SQLITE_OK ||
-               sqlite3_busy_timeout(db, 10000) != SQLITE_OK) {
-        die("sqlite3_open(%s)", path);
-    }
     double a[16], p[16];
     for (int rep = 0; rep < cfg->reps; rep++) {
         for (int turn = 0; turn < 2; turn++) {
-            fresh_queue(cfg->amqp_url);
+            fresh_queue(cfg);
             if ((turn + rep) % 2 == 0) {
                 refill(pg, db, conn, cfg->records);
                 a[rep] = run_relay(cfg, url, cfg->records);
@@ -441,8 +449,40 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
             "\"ratio\":%.4f,\"target\":\">= 0.9\",\"target_met\":%s,\"batch\":%d}\n",
             name, v, cfg->window, pv, ratio, ratio >= 0.9 ? "true" : "false", cfg->batch);
     fflush(out);
-    latency_case(cfg, out, pg, url, db, conn);
-    fresh_queue(cfg->amqp_url);
+}
+
+static int wanted(const config *cfg, const char *name)
+{
+    return !cfg->filter || strstr(name, cfg->filter) != NULL;
+}
+
+static void bench_backend(const config *cfg, FILE *out, int pg)
+{
+    const char *throughput_name = pg ? "throughput/postgres" : "throughput/sqlite";
+    const char *latency_name = pg ? "latency/postgres-notify" : "latency/sqlite-poll";
+    if (!wanted(cfg, throughput_name) && !wanted(cfg, latency_name)) return;
+    char url[1200], path[512];
+    sqlite3 *db = NULL;
+    PGconn *conn = NULL;
+    if (pg) {
+        snprintf(url, sizeof url, "%s", cfg->pg_url);
+    } else {
+        snprintf(path, sizeof path, "%s/relay.db", cfg->dir);
+        snprintf(url, sizeof url, "sqlite:%s", path);
+    }
+    acemq_outbox *h = NULL;
+    if (acemq_outbox_open(&h, url, NULL) != 0) die("open: %s", acemq_outbox_errmsg(NULL));
+    acemq_outbox_close(h);
+    if (pg) {
+        conn = PQconnectdb(url);
+        if (PQstatus(conn) != CONNECTION_OK) die("postgres: %s", PQerrorMessage(conn));
+    } else if (sqlite3_open(path, &db) != SQLITE_OK ||
+               sqlite3_busy_timeout(db, 10000) != SQLITE_OK) {
+        die("sqlite3_open(%s)", path);
+    }
+    if (wanted(cfg, throughput_name)) throughput_case(cfg, out, pg, url, db, conn);
+    if (wanted(cfg, latency_name)) latency_case(cfg, out, pg, url, db, conn);
+    fresh_queue(cfg);
     if (db) sqlite3_close(db);
     if (conn) PQfinish(conn);
 }
@@ -455,7 +495,8 @@ int main(int argc, char **argv)
                   .reps = 3,
                   .batch = 500,
                   .window = 256,
-                  .synchronous = ACEMQ_SYNC_FULL};
+                  .synchronous = ACEMQ_SYNC_FULL,
+                  .queue = "classic-v2"};
     cfg.amqp_url = getenv("ACEMQ_AMQP_URL");
     cfg.pg_url = getenv("ACEMQ_PG_URL");
     for (int i = 1; i < argc; i++) {
@@ -482,15 +523,22 @@ int main(int argc, char **argv)
             if (cfg.synchronous < 0) die("--synchronous full|normal|off");
         } else if (strcmp(argv[i], "--latency-inline") == 0)
             cfg.latency_inline = 1;
+        else if (strcmp(argv[i], "--queue") == 0 && i + 1 < argc)
+            cfg.queue = argv[++i];
+        else if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
+            cfg.filter = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0)
             cfg.quick = 1, cfg.reps = 1, cfg.records = 5000;
         else {
             fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
                             " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
-                            " [--latency-inline] [--quick]\n");
+                            " [--latency-inline] [--filter TEXT] [--queue KIND] [--quick]\n");
             return 2;
         }
     }
+    if (strcmp(cfg.queue, "classic-v1") != 0 && strcmp(cfg.queue, "classic-v2") != 0 &&
+        strcmp(cfg.queue, "quorum") != 0)
+        die("--queue classic-v1|classic-v2|quorum");
     if (cfg.reps < 1 || cfg.reps > 16 || cfg.records < 1 || cfg.batch < 1 || cfg.window < 1)
         die("--reps 1..16, --records, --batch and --window positive");
     if (!cfg.amqp_url || !*cfg.amqp_url) {
