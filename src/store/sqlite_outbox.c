@@ -21,6 +21,7 @@
 #include "acemq/sqlite.h"
 #include "outbox/outbox_backend.h"
 #include "outbox/outbox_sync_hooks.h"
+#include "store/sqlite_busy.h"
 #include "store/sqlite_errors.h"
 
 #define SCHEMA_COMPONENT "outbox"
@@ -128,6 +129,7 @@ typedef struct sq {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT];
     int64_t data_version;
+    acemq__sqlite_busy busy; /* the busy handler's budget; a handle is one thread's */
 } sq;
 
 static int sq_fail(acemq_outbox *h, sqlite3 *db, int rc, const char *doing)
@@ -568,9 +570,14 @@ int acemq__outbox_open_sqlite(acemq_outbox *h, const acemq__url *url)
     }
     static const char *const sync_sql[] = {"PRAGMA synchronous=OFF", "PRAGMA synchronous=NORMAL",
                                            "PRAGMA synchronous=FULL"};
-    rc = sqlite3_busy_timeout(s->db, h->opts.busy_timeout_ms) == SQLITE_OK
-             ? 0
-             : sq_fail(h, s->db, SQLITE_ERROR, "busy_timeout");
+    /* The idempotency store's busy handler (sqlite_busy.c), not
+     * sqlite3_busy_timeout: SQLite's own sleeps 1, 2, 5, 10 ... 100 ms
+     * between tries, and a relay's mark that met a producer's commit slept
+     * 10-80 ms for a lock held for one, which was the relay's latency tail
+     * on SQLite (docs/performance.md, bench_relay, "Fourth round"). */
+    acemq__sqlite_busy_init(&s->busy, h->opts.busy_timeout_ms);
+    rc = sqlite3_busy_handler(s->db, acemq__sqlite_busy_handler, &s->busy);
+    if (rc != SQLITE_OK) rc = sq_fail(h, s->db, rc, "busy_handler");
     if (rc == 0) rc = exec(h, s->db, "PRAGMA journal_mode=WAL");
     if (rc == 0) rc = exec(h, s->db, sync_sql[h->opts.synchronous]);
     if (rc == 0) rc = ensure_schema(h, s->db);

@@ -4,6 +4,7 @@
  * Time moves only through the fixture's manual clock: back-off, leases and
  * retention are tested by moving it, never by sleeping.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -584,6 +586,101 @@ static void a_slow_writer_is_not_skipped(void **state)
     acemq_outbox_close(h);
 }
 
+/* Holds SQLite's write lock on a connection of its own for a moment, then
+ * lets it go: `held` is set while it has it. */
+typedef struct lock_holder {
+    const char *path;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held;
+} lock_holder;
+
+static void *hold_write_lock(void *arg)
+{
+    lock_holder *l = arg;
+    sqlite3 *db = NULL;
+    if (sqlite3_open(l->path, &db) != SQLITE_OK ||
+        sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        abort();
+    pthread_mutex_lock(&l->mu);
+    l->held = 1;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    struct timespec ts = {0, 30000000L};
+    nanosleep(&ts, NULL);
+    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) abort();
+    sqlite3_close(db);
+    return NULL;
+}
+
+/* A lock another connection holds costs a relay no more than its budget,
+ * and leaves nothing half-done. SQLite: the caller's transaction holds the
+ * one write lock; a claim or a mark waits busy_timeout_ms (0: not at all),
+ * then fails with EBUSY and SQLite's words, the record as it was, and both
+ * go through once the lock is let go. PostgreSQL: a row the caller holds
+ * locked is passed over at once (SKIP LOCKED), the others are claimed. */
+static void a_held_lock_costs_only_the_budget(void **state)
+{
+    outbox_fixture *f = *state;
+    const char *ids[] = {"first", "second"};
+    add_committed(f, ids, NULL, 2);
+    void *other = outbox_fixture_connect(f);
+    const acemq_outbox_msg *m;
+    if (f->pg) {
+        acemq_outbox *h = outbox_fixture_open(f);
+        outbox_sql(f, other, "BEGIN");
+        outbox_sql(f, other, "SELECT 1 FROM acemq_outbox WHERE id = 'first' FOR UPDATE");
+        assert_int_equal(claim(h, 10, 30000, &m), 1);
+        assert_string_equal(m[0].id, "second");
+        outbox_sql(f, other, "COMMIT");
+        assert_int_equal(claim(h, 10, 30000, &m), 1);
+        assert_string_equal(m[0].id, "first");
+        acemq_outbox_close(h);
+        outbox_fixture_disconnect(f, other);
+        return;
+    }
+    f->opts.busy_timeout_ms = 0;
+    acemq_outbox *hasty = outbox_fixture_open(f);
+    f->opts.busy_timeout_ms = 20;
+    acemq_outbox *patient = outbox_fixture_open(f);
+    assert_int_equal(claim(patient, 1, 30000, &m), 1);
+    assert_string_equal(m[0].id, "first");
+    uint64_t token = m[0].token;
+    outbox_sql(f, other, "BEGIN IMMEDIATE");
+    const acemq_outbox_msg *none = NULL;
+    size_t n = 99;
+    assert_int_equal(acemq_outbox_claim_batch(hasty, 10, 30000, &none, &n), ACEMQ_EBUSY);
+    assert_non_null(strstr(acemq_outbox_errmsg(hasty), "database is locked"));
+    assert_int_equal(n, 0);
+    assert_int_equal(acemq_outbox_claim_batch(patient, 10, 30000, &none, &n), ACEMQ_EBUSY);
+    assert_int_equal(acemq_outbox_mark_published(patient, "first", token), ACEMQ_EBUSY);
+    outbox_sql(f, other, "COMMIT");
+    assert_int_equal(outbox_scalar(f, "SELECT count(*) FROM acemq_outbox WHERE state = 0"), 2);
+    assert_int_equal(acemq_outbox_mark_published(patient, "first", token), 0);
+    /* Within the budget the wait ends in success: a lock let go while a
+     * claim waits for it (SQLite's default, no busy handler, would fail). */
+    lock_holder l = {.path = f->url + strlen("sqlite:"), .held = 0};
+    pthread_mutex_init(&l.mu, NULL);
+    pthread_cond_init(&l.cv, NULL);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hold_write_lock, &l), 0);
+    pthread_mutex_lock(&l.mu);
+    while (!l.held)
+        pthread_cond_wait(&l.cv, &l.mu);
+    pthread_mutex_unlock(&l.mu);
+    f->opts.busy_timeout_ms = 60000;
+    acemq_outbox *waiting = outbox_fixture_open(f);
+    assert_int_equal(claim(waiting, 10, 30000, &m), 1);
+    assert_string_equal(m[0].id, "second");
+    pthread_join(t, NULL);
+    pthread_cond_destroy(&l.cv);
+    pthread_mutex_destroy(&l.mu);
+    acemq_outbox_close(waiting);
+    acemq_outbox_close(patient);
+    acemq_outbox_close(hasty);
+    outbox_fixture_disconnect(f, other);
+}
+
 static void wait_wakes_on_a_commit(void **state)
 {
     outbox_fixture *f = *state;
@@ -709,6 +806,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(bad_records_are_refused_and_write_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_calls_get_einval, setup, teardown),
         cmocka_unit_test_setup_teardown(a_slow_writer_is_not_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_held_lock_costs_only_the_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(wait_wakes_on_a_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(add_before_the_schema_exists, setup, teardown),
         cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
