@@ -216,6 +216,7 @@ svc_postgres_status() { report_status postgres "$PG_PORT" pg_ready; }
 svc_postgres_env() {
     printf 'export ACEMQ_PG_PORT=%s\n' "$PG_PORT"
     printf 'export ACEMQ_PG_URL=postgres://acemq@127.0.0.1:%s/acemq\n' "$PG_PORT"
+    printf 'export ACEMQ_PG_PIDFILE=%s\n' "$PG_DIR/data/postmaster.pid"
 }
 
 # --- rabbitmq ------------------------------------------------------------
@@ -351,6 +352,7 @@ svc_rabbitmq_status() { report_status rabbitmq "$AMQP_PORT" rmq_ping; }
 svc_rabbitmq_env() {
     printf 'export ACEMQ_AMQP_PORT=%s\n' "$AMQP_PORT"
     printf 'export ACEMQ_AMQP_URL=amqp://guest:guest@127.0.0.1:%s/\n' "$AMQP_PORT"
+    printf 'export ACEMQ_RABBITMQ_PIDFILE=%s\n' "$RMQ_DIR/rabbitmq.pid"
 }
 
 # pause/resume: the broker goes away and comes back with its data (queued
