@@ -25,6 +25,7 @@
 #include "audit/audit_internal.h"
 #include "audit/audit_key.h"
 #include "audit/id_parse.h"
+#include "core/dlist.h"
 #include "core/shard_lock.h"
 
 #define DEFAULT_DEPTH 2048
@@ -295,53 +296,13 @@ static void table_remove(shard *s, const entry *p)
     s->slots[i].p = NULL;
 }
 
-static void unlink_recency(shard *s, entry *p)
-{
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        s->head = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    else
-        s->tail = p->prev;
-}
-
-static void push_front(shard *s, entry *p)
-{
-    p->prev = NULL;
-    p->next = s->head;
-    if (s->head)
-        s->head->prev = p;
-    else
-        s->tail = p;
-    s->head = p;
-}
-
-/* Makes p the most recent producer (list recency); nothing to do when it
- * already is. */
-static inline void relink(shard *s, entry *p)
-{
-    entry *h = s->head, *prev = p->prev;
-    if (h == p) return;
-    prev->next = p->next; /* not the head, so it has a prev */
-    if (p->next)
-        p->next->prev = prev;
-    else
-        s->tail = prev;
-    p->prev = NULL;
-    p->next = h;
-    h->prev = p;
-    s->head = p;
-}
-
 /* A use of p: it becomes the most recent producer. */
 static inline __attribute__((always_inline)) void touch(int stamped, shard *s, entry *p)
 {
     if (stamped)
         p->stamp = ++s->clock;
-    else
-        relink(s, p);
+    else if (s->head != p) /* not the head, so it has a prev */
+        ACEMQ__DLIST_MOVE_TO_FRONT(s->head, s->tail, p);
 }
 
 /* Adds p, just admitted, as the most recent producer. The room in dense[]
@@ -349,7 +310,7 @@ static inline __attribute__((always_inline)) void touch(int stamped, shard *s, e
 static void recency_add(int stamped, shard *s, entry *p)
 {
     if (!stamped) {
-        push_front(s, p);
+        ACEMQ__DLIST_PUSH_FRONT(s->head, s->tail, p);
         return;
     }
     p->index = s->count;
@@ -362,7 +323,7 @@ static entry *recency_pop_oldest(int stamped, shard *s)
 {
     if (!stamped) {
         entry *p = s->tail;
-        unlink_recency(s, p);
+        ACEMQ__DLIST_REMOVE(s->head, s->tail, p);
         return p;
     }
     size_t oldest = 0;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "acemq/audit.h"
+#include "core/dlist.h"
 
 /* ---- window.c: one producer's sliding window of seen sequences ---- */
 
@@ -175,18 +176,9 @@ static inline int acemq__lru_matches(acemq__lru_entry *e, uint64_t hash, const v
 /* Makes e the most recent entry; nothing to do when it already is. */
 static inline void acemq__lru_touch(acemq__lru *l, acemq__lru_entry *e)
 {
-    acemq__lru_entry *h = l->head, *p = e->prev;
     /* Only the head has no prev; an entry in the list means a head. */
-    if (h == e || !h || !p) return;
-    p->next = e->next;
-    if (e->next)
-        e->next->prev = p;
-    else
-        l->tail = p;
-    e->prev = NULL;
-    e->next = h;
-    h->prev = e;
-    l->head = e;
+    if (l->head == e || !l->head || !e->prev) return;
+    ACEMQ__DLIST_MOVE_TO_FRONT(l->head, l->tail, e);
 }
 
 /* acemq__lru_find for the check path, inline. The most recent entry is

@@ -46,29 +46,6 @@ void acemq__lru_destroy(acemq__lru *l, void (*drop)(void *payload))
     memset(l, 0, sizeof *l);
 }
 
-static void unlink_recency(acemq__lru *l, acemq__lru_entry *e)
-{
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        l->head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        l->tail = e->prev;
-}
-
-static void push_front(acemq__lru *l, acemq__lru_entry *e)
-{
-    e->prev = NULL;
-    e->next = l->head;
-    if (l->head)
-        l->head->prev = e;
-    else
-        l->tail = e;
-    l->head = e;
-}
-
 acemq__lru_entry *acemq__lru_find(acemq__lru *l, uint64_t hash, const void *key, size_t len)
 {
     return acemq__lru_find_fast(l, hash, key, len);
@@ -78,7 +55,7 @@ acemq__lru_entry *acemq__lru_pop_oldest(acemq__lru *l)
 {
     acemq__lru_entry *e = l->tail;
     if (!e) return NULL;
-    unlink_recency(l, e);
+    ACEMQ__DLIST_REMOVE(l->head, l->tail, e);
     acemq__lru_entry **p = &l->buckets[e->hash & l->mask].first;
     while (*p != e)
         p = &(*p)->chain;
@@ -107,7 +84,7 @@ acemq__lru_entry *acemq__lru_insert(acemq__lru *l, uint64_t hash, const void *ke
     acemq__lru_entry **b = &l->buckets[hash & l->mask].first;
     e->chain = *b;
     *b = e;
-    push_front(l, e);
+    ACEMQ__DLIST_PUSH_FRONT(l->head, l->tail, e);
     l->count++;
     return e;
 }

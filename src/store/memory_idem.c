@@ -61,6 +61,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "core/dlist.h"
 #include "core/shard_lock.h"
 #include "idem/idem_backend.h"
 #include "store/memory_arena.h"
@@ -161,25 +162,12 @@ typedef struct memory_store {
 
 static void list_append(entry_list *l, entry *e)
 {
-    e->next = NULL;
-    e->prev = l->tail;
-    if (l->tail)
-        l->tail->next = e;
-    else
-        l->head = e;
-    l->tail = e;
+    ACEMQ__DLIST_PUSH_BACK(l->head, l->tail, e);
 }
 
 static void list_remove(entry_list *l, entry *e)
 {
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        l->head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        l->tail = e->prev;
+    ACEMQ__DLIST_REMOVE(l->head, l->tail, e);
     e->prev = e->next = NULL;
 }
 
