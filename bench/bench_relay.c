@@ -434,70 +434,99 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
 
 /* ------------------------------------------------------------ pinning */
 
-/* Sets the CPUs of every thread of pid. */
-static void pin_threads(pid_t pid, const cpu_set_t *set)
+/* Why the last pin_* or pid_from failed. */
+static char pin_error[512];
+
+/* Sets the CPUs of every thread of pid; -1 with pin_error set on failure. */
+static int pin_threads(pid_t pid, const cpu_set_t *set)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
     DIR *d = opendir(path);
-    if (!d) die("%s: %s", path, strerror(errno));
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!d) {
+        snprintf(pin_error, sizeof pin_error, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
         if (e->d_name[0] == '.') continue;
         pid_t tid = (pid_t)strtol(e->d_name, NULL, 10);
         /* A thread that ended since the listing is no matter. */
-        if (sched_setaffinity(tid, sizeof *set, set) != 0 && errno != ESRCH)
-            die("sched_setaffinity(%d): %s", (int)tid, strerror(errno));
+        if (sched_setaffinity(tid, sizeof *set, set) != 0 && errno != ESRCH) {
+            snprintf(pin_error, sizeof pin_error, "sched_setaffinity(%d): %s", (int)tid,
+                     strerror(errno));
+            rc = -1;
+        }
     }
     closedir(d);
+    return rc;
 }
 
 /* pid and every process whose parent it is (a postmaster's server
  * processes; the backends it forks later inherit its CPUs). */
-static void pin_tree(pid_t pid, const cpu_set_t *set)
+static int pin_tree(pid_t pid, const cpu_set_t *set)
 {
-    pin_threads(pid, set);
+    if (pin_threads(pid, set) != 0) return -1;
     DIR *d = opendir("/proc");
-    if (!d) die("/proc: %s", strerror(errno));
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!d) {
+        snprintf(pin_error, sizeof pin_error, "/proc: %s", strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
         if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
         char path[300], line[512];
         snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
         FILE *f = fopen(path, "r");
-        if (!f) continue;
+        if (!f) continue; /* gone since the listing */
         int ppid = -1;
         if (fgets(line, sizeof line, f)) {
             const char *rp = strrchr(line, ')'); /* the name may hold spaces */
-            if (rp) sscanf(rp + 1, " %*c %d", &ppid);
+            if (!rp || sscanf(rp + 1, " %*c %d", &ppid) != 1) ppid = -1;
         }
         fclose(f);
-        if (ppid == (int)pid) pin_threads((pid_t)strtol(e->d_name, NULL, 10), set);
+        if (ppid == (int)pid) rc = pin_threads((pid_t)strtol(e->d_name, NULL, 10), set);
     }
     closedir(d);
+    return rc;
 }
 
+/* The pid in the file env names; -1 with pin_error set when there is none. */
 static pid_t pid_from(const char *env, const char *what)
 {
     const char *path = getenv(env);
-    if (!path || !*path) die("--broker-cpu: %s is not set (scripts/services.sh env)", env);
+    if (!path || !*path) {
+        snprintf(pin_error, sizeof pin_error, "%s is not set (scripts/services.sh env)", env);
+        return -1;
+    }
     FILE *f = fopen(path, "r");
     long pid = 0;
-    if (!f || fscanf(f, "%ld", &pid) != 1 || pid <= 0)
-        die("--broker-cpu: no %s pid in %s", what, path);
-    fclose(f);
+    int ok = f && fscanf(f, "%ld", &pid) == 1 && pid > 0;
+    if (f) fclose(f);
+    if (!ok) {
+        snprintf(pin_error, sizeof pin_error, "no %s pid in %s", what, path);
+        return -1;
+    }
     return (pid_t)pid;
+}
+
+static int pin_server(const char *env, const char *what, const cpu_set_t *set)
+{
+    pid_t pid = pid_from(env, what);
+    return pid > 0 ? pin_tree(pid, set) : -1;
 }
 
 /* --broker-cpu N: the broker's node alone on CPU N, as on a host of its own;
  * PostgreSQL and this process (relay and raw peer alike) on the other CPUs.
  * The two sides then no longer take CPU from each other, which on a
- * machine of two vCPUs is most of what a relay pays for its database
- * (docs/performance.md, bench_relay, "Fifth round"). all = NULL pins;
- * all = the CPUs everything had puts them back. */
+ * machine of two vCPUs is where a relay's database costs it throughput
+ * (docs/performance.md, bench_relay, "Fifth round"). all = NULL pins, and
+ * a failure stops the bench; all = the CPUs everything had puts them back,
+ * as far as it can, saying what it could not (it runs at exit, where
+ * stopping again is not allowed). */
 static void place_processes(const config *cfg, const cpu_set_t *all)
 {
     cpu_set_t broker, rest;
-    CPU_ZERO(&broker);
-    CPU_ZERO(&rest);
     if (all) {
         broker = *all;
         rest = *all;
@@ -507,13 +536,30 @@ static void place_processes(const config *cfg, const cpu_set_t *all)
         if (!CPU_ISSET(cfg->broker_cpu, &mine) || CPU_COUNT(&mine) < 2)
             die("--broker-cpu %d: not one of at least two CPUs this process may use",
                 cfg->broker_cpu);
+        CPU_ZERO(&broker);
         CPU_SET(cfg->broker_cpu, &broker);
         rest = mine;
         CPU_CLR(cfg->broker_cpu, &rest);
     }
-    pin_tree(pid_from("ACEMQ_RABBITMQ_PIDFILE", "RabbitMQ"), &broker);
-    if (cfg->pg_url && *cfg->pg_url) pin_tree(pid_from("ACEMQ_PG_PIDFILE", "PostgreSQL"), &rest);
-    pin_threads(getpid(), &rest);
+    int failed = pin_server("ACEMQ_RABBITMQ_PIDFILE", "RabbitMQ", &broker) != 0;
+    if (!failed && cfg->pg_url && *cfg->pg_url)
+        failed = pin_server("ACEMQ_PG_PIDFILE", "PostgreSQL", &rest) != 0;
+    if (!failed) failed = pin_threads(getpid(), &rest) != 0;
+    if (failed && !all) die("--broker-cpu: %s", pin_error);
+    if (failed) fprintf(stderr, "%s: putting the CPUs back: %s\n", bench_name, pin_error);
+}
+
+/* What --broker-cpu changed, put back at exit, however the bench ends: the
+ * servers outlive it. */
+static config pinned_copy; /* main's own config is gone by exit time */
+static const config *pinned_cfg;
+static cpu_set_t pinned_from;
+
+static void unpin_at_exit(void)
+{
+    const config *cfg = pinned_cfg;
+    pinned_cfg = NULL; /* once */
+    if (cfg) place_processes(cfg, &pinned_from);
 }
 
 /* ------------------------------------------------------------ cases */
@@ -662,9 +708,12 @@ int main(int argc, char **argv)
            cfg.records, BODY_LEN, cfg.batch, cfg.window, sync_names[cfg.synchronous], cfg.reps);
     printf("%-26s %10s  %-28s %10s %7s  %-7s %s\n", "case", "records/s", "peer", "records/s",
            "ratio", "target", "met");
-    cpu_set_t all;
     if (cfg.broker_cpu >= 0) {
-        if (sched_getaffinity(0, sizeof all, &all) != 0) die("sched_getaffinity failed");
+        if (sched_getaffinity(0, sizeof pinned_from, &pinned_from) != 0)
+            die("sched_getaffinity failed");
+        pinned_copy = cfg;
+        pinned_cfg = &pinned_copy;
+        if (atexit(unpin_at_exit) != 0) die("atexit failed");
         place_processes(&cfg, NULL);
         printf("broker alone on CPU %d; PostgreSQL, the relay and the raw peer on the others\n",
                cfg.broker_cpu);
@@ -674,7 +723,7 @@ int main(int argc, char **argv)
         bench_backend(&cfg, out, 1);
     else
         printf("note: PostgreSQL cases skipped: no --pg and no ACEMQ_PG_URL\n");
-    if (cfg.broker_cpu >= 0) place_processes(&cfg, &all);
+    unpin_at_exit();
     fclose(out);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cfg.dir);

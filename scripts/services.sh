@@ -236,10 +236,6 @@ RMQ_BIN=/usr/lib/rabbitmq/bin
 # so the Erlang cookie the node creates there is private to this instance, and
 # rabbitmqctl, run the same way, finds the same one. Under root the node runs
 # as `rabbitmq`, which Debian's package creates, as postgres does above.
-# +sbwt none (and its dirty-scheduler twins): Erlang's schedulers spin for
-# work before they sleep, which on a machine of two vCPUs shared with
-# PostgreSQL, the relay and the tests took half a CPU from them at 1,000
-# messages/s (top); RabbitMQ's runtime guide advises it where CPUs are shared.
 as_rmq() {
     local env=(env HOME="$RMQ_DIR"
         RABBITMQ_NODENAME="$RMQ_NODE"
@@ -251,7 +247,7 @@ as_rmq() {
         RABBITMQ_MNESIA_BASE="$RMQ_DIR/mnesia"
         RABBITMQ_LOG_BASE="$RMQ_DIR/log"
         RABBITMQ_PID_FILE="$RMQ_DIR/rabbitmq.pid"
-        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1} +sbwt none +sbwtdcpu none +sbwtdio none"
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
         ERL_EPMD_ADDRESS=127.0.0.1)
     if [ "$(id -u)" -eq 0 ]; then
         runuser -u rabbitmq -- "${env[@]}" "$@"
