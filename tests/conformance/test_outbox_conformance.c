@@ -657,8 +657,9 @@ static void a_held_lock_costs_only_the_budget(void **state)
     outbox_sql(f, other, "COMMIT");
     assert_int_equal(outbox_scalar(f, "SELECT count(*) FROM acemq_outbox WHERE state = 0"), 2);
     assert_int_equal(acemq_outbox_mark_published(patient, "first", token), 0);
-    /* Within the budget the wait ends in success: a lock let go while a
-     * claim waits for it (SQLite's default, no busy handler, would fail). */
+    /* Within the budget the wait ends in success: a lock let go while the
+     * new handle's open and first claim wait for it. With SQLite's default,
+     * no busy handler, the open fails at once with EBUSY. */
     lock_holder l = {.path = f->url + strlen("sqlite:"), .held = 0};
     pthread_mutex_init(&l.mu, NULL);
     pthread_cond_init(&l.cv, NULL);
