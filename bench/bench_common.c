@@ -40,3 +40,8 @@ double median(double *v, int n)
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+int bench_wanted(const char *filter, const char *name)
+{
+    return !filter || strstr(name, filter) != NULL;
+}

@@ -13,6 +13,9 @@ void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* CLOCK_MONOTONIC in seconds. */
 double mono_now(void);
 
+/* 1 when a case named name is to run: no --filter, or name contains it. */
+int bench_wanted(const char *filter, const char *name);
+
 /* The median of v[0..n), n > 0; sorts v. */
 double median(double *v, int n);
 

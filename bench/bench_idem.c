@@ -762,11 +762,6 @@ static void report(FILE *out, const result *r)
     if (fflush(out) != 0) die("writing results: %s", strerror(errno));
 }
 
-static int wanted(const config *cfg, const char *name)
-{
-    return !cfg->filter || strstr(name, cfg->filter) != NULL;
-}
-
 /* ------------------------------------------------------------------ cases */
 
 /* The memory store's floor on a cold table: one dependent random read in a
@@ -837,7 +832,7 @@ static void bench_memory(const config *cfg, FILE *out)
 {
     int any = 0, any_batched = 0;
     for (size_t k = 0; k < MEMORY_CASES; k++) {
-        int w = wanted(cfg, memory_cases[k].name);
+        int w = bench_wanted(cfg->filter, memory_cases[k].name);
         any |= w;
         any_batched |= w && memory_cases[k].batch;
     }
@@ -874,7 +869,7 @@ static void bench_memory(const config *cfg, FILE *out)
     print_header();
     for (size_t k = 0; k < MEMORY_CASES; k++) {
         const memory_case *x = &memory_cases[k];
-        if (!wanted(cfg, x->name)) continue;
+        if (!bench_wanted(cfg->filter, x->name)) continue;
         result r;
         memset(&r, 0, sizeof r);
         snprintf(r.name, sizeof r.name, "%s", x->name);
@@ -914,7 +909,7 @@ static void bench_sqlite(const config *cfg, FILE *out, const char *dir)
             result r;
             memset(&r, 0, sizeof r);
             snprintf(r.name, sizeof r.name, "sqlite/%s/%dt", syncs[s], threads[k]);
-            if (!wanted(cfg, r.name)) continue;
+            if (!bench_wanted(cfg->filter, r.name)) continue;
             int len = snprintf(url, sizeof url, "sqlite:%s?synchronous=%s", acemq_path, syncs[s]);
             if (len < 0 || (size_t)len >= sizeof url) die("path too long: %s", acemq_path);
             acemq_idem_options o;

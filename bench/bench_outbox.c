@@ -318,7 +318,7 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
     for (size_t k = 0; k < 3; k++) {
         char name[64];
         snprintf(name, sizeof name, "%s/batch%zu", pg ? "postgres" : "sqlite", batches[k]);
-        if (cfg->filter && !strstr(name, cfg->filter)) continue;
+        if (!bench_wanted(cfg->filter, name)) continue;
         long n = batches[k] == 1 ? (cfg->quick ? 300 : 3000) : (cfg->quick ? 5000 : 50000);
         double a[16], p[16];
         sink s = {0};

@@ -320,8 +320,8 @@ static double run_relay(const config *cfg, const char *outbox_url, long n)
 /* Writes `n` records at `rate` per second, each in its own committed
  * transaction, while a relay runs; then reads published_at - created_at of
  * each (both the database's clock on PostgreSQL, the machine's on SQLite). */
-static void latency_case(const config *cfg, FILE *out, int pg, const char *outbox_url, sqlite3 *db,
-                         PGconn *conn)
+static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
+                         const char *outbox_url, sqlite3 *db, PGconn *conn)
 {
     long n = cfg->quick ? 1000 : 5000;
     const int rate = 1000;
@@ -407,9 +407,6 @@ static void latency_case(const config *cfg, FILE *out, int pg, const char *outbo
     if (got != n) die("latency: %ld of %ld records published", got, n);
     qsort(lat, (size_t)n, sizeof *lat, cmp_long);
     long p50 = lat[n / 2], p99 = lat[(n * 99) / 100];
-    char name[64];
-    snprintf(name, sizeof name, "%s%s", pg ? "latency/postgres-notify" : "latency/sqlite-poll",
-             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "");
     int target = pg; /* the target is PostgreSQL's; SQLite's figure is for reading */
     printf("%-26s %ld records at %.0f/s: p50 %ld ms, p99 %ld ms, max %ld ms  %s\n", name, n,
            (double)n / wrote, p50, p99, lat[n - 1],
@@ -565,8 +562,8 @@ static void unpin_at_exit(void)
 /* ------------------------------------------------------------ cases */
 
 /* The relay against the raw publisher, turn about, median of the reps. */
-static void throughput_case(const config *cfg, FILE *out, int pg, const char *url, sqlite3 *db,
-                            PGconn *conn)
+static void throughput_case(const config *cfg, FILE *out, const char *name, int pg, const char *url,
+                            sqlite3 *db, PGconn *conn)
 {
     double a[16], p[16];
     for (int rep = 0; rep < cfg->reps; rep++) {
@@ -581,9 +578,6 @@ static void throughput_case(const config *cfg, FILE *out, int pg, const char *ur
         }
     }
     double v = median(a, cfg->reps), pv = median(p, cfg->reps), ratio = v / pv;
-    char name[64];
-    snprintf(name, sizeof name, "throughput/%s%s", pg ? "postgres" : "sqlite",
-             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "");
     printf("%-26s %10.0f  %-28s %10.0f %7.3f  >= 0.9  %s\n", name, v, "raw rabbitmq-c, confirms",
            pv, ratio, ratio >= 0.9 ? "yes" : "NO");
     fprintf(out,
@@ -594,16 +588,18 @@ static void throughput_case(const config *cfg, FILE *out, int pg, const char *ur
     fflush(out);
 }
 
-static int wanted(const config *cfg, const char *name)
-{
-    return !cfg->filter || strstr(name, cfg->filter) != NULL;
-}
-
 static void bench_backend(const config *cfg, FILE *out, int pg)
 {
-    const char *throughput_name = pg ? "throughput/postgres" : "throughput/sqlite";
-    const char *latency_name = pg ? "latency/postgres-notify" : "latency/sqlite-poll";
-    if (!wanted(cfg, throughput_name) && !wanted(cfg, latency_name)) return;
+    /* The cases' names, as printed, written to the JSON lines and matched
+     * by --filter. */
+    const char *pinned = cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "";
+    char throughput_name[64], latency_name[64];
+    snprintf(throughput_name, sizeof throughput_name, "throughput/%s%s", pg ? "postgres" : "sqlite",
+             pinned);
+    snprintf(latency_name, sizeof latency_name, "%s%s",
+             pg ? "latency/postgres-notify" : "latency/sqlite-poll", pinned);
+    if (!bench_wanted(cfg->filter, throughput_name) && !bench_wanted(cfg->filter, latency_name))
+        return;
     char url[1200], path[512];
     sqlite3 *db = NULL;
     PGconn *conn = NULL;
@@ -623,8 +619,10 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
                sqlite3_busy_timeout(db, 10000) != SQLITE_OK) {
         die("sqlite3_open(%s)", path);
     }
-    if (wanted(cfg, throughput_name)) throughput_case(cfg, out, pg, url, db, conn);
-    if (wanted(cfg, latency_name)) latency_case(cfg, out, pg, url, db, conn);
+    if (bench_wanted(cfg->filter, throughput_name))
+        throughput_case(cfg, out, throughput_name, pg, url, db, conn);
+    if (bench_wanted(cfg->filter, latency_name))
+        latency_case(cfg, out, latency_name, pg, url, db, conn);
     fresh_queue(cfg);
     if (db) sqlite3_close(db);
     if (conn) PQfinish(conn);
