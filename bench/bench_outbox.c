@@ -11,7 +11,12 @@
  * fencing token and no ordering-key rule: what those cost is part of what the
  * ratio measures.
  *
+ * With --delete-published both sides delete a published record instead of
+ * marking it (acemq's delete_on_publish), and the cases' names end in
+ * /delete-published.
+ *
  *   bench_outbox [--pg URL] [--out FILE] [--reps N] [--quick] [--filter TEXT]
+ *                [--delete-published]
  *
  * PostgreSQL's URL comes from --pg or ACEMQ_PG_URL (scripts/services.sh env
  * postgres); without one the PostgreSQL cases are skipped and say so.
@@ -34,6 +39,7 @@ typedef struct config {
     const char *filter;
     int reps;
     int quick;
+    int delete_published; /* both sides delete what they publish */
     char dir[256];
 } config;
 
@@ -101,10 +107,13 @@ static void refill(int pg, sqlite3 *db, PGconn *conn, long n)
 
 /* ------------------------------------------------------------- acemq */
 
-static double run_acemq(const char *url, size_t batch, long n, sink *s)
+static double run_acemq(const char *url, int delete_published, size_t batch, long n, sink *s)
 {
+    acemq_outbox_options o;
+    acemq_outbox_options_init(&o);
+    o.delete_on_publish = delete_published;
     acemq_outbox *h = NULL;
-    int rc = acemq_outbox_open(&h, url, NULL);
+    int rc = acemq_outbox_open(&h, url, &o);
     if (rc != 0) die("acemq_outbox_open: %s", acemq_outbox_errmsg(NULL));
     acemq_outbox_mark *marks = malloc(batch * sizeof *marks);
     int *status = malloc(batch * sizeof *status);
@@ -152,7 +161,7 @@ static void step_done(sqlite3 *db, sqlite3_stmt *st)
     sqlite3_reset(st);
 }
 
-static double run_raw_sqlite(const char *path, size_t batch, long n, sink *s)
+static double run_raw_sqlite(const char *path, int delete_published, size_t batch, long n, sink *s)
 {
     sqlite3 *db = NULL;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
@@ -164,8 +173,10 @@ static double run_raw_sqlite(const char *path, size_t batch, long n, sink *s)
                                   " body FROM acemq_outbox WHERE state = 0 AND (lease_until IS NULL"
                                   " OR lease_until <= ?1) ORDER BY seq LIMIT ?2");
     sqlite3_stmt *lease = prep(db, "UPDATE acemq_outbox SET lease_until = ?1 WHERE seq = ?2");
-    sqlite3_stmt *mark = prep(db, "UPDATE acemq_outbox SET state = 1, published_at = ?1,"
-                                  " lease_until = NULL WHERE seq = ?2");
+    sqlite3_stmt *mark =
+        prep(db, delete_published ? "DELETE FROM acemq_outbox WHERE seq = ?2 AND ?1 IS NOT NULL"
+                                  : "UPDATE acemq_outbox SET state = 1, published_at = ?1,"
+                                    " lease_until = NULL WHERE seq = ?2");
     int64_t *seqs = malloc(batch * sizeof *seqs);
     if (!seqs) die("out of memory");
     const acemq_clock *clock = acemq_clock_system();
@@ -215,7 +226,7 @@ static double run_raw_sqlite(const char *path, size_t batch, long n, sink *s)
 
 /* ------------------------------------------------------------- raw postgres */
 
-static double run_raw_pg(const char *url, size_t batch, long n, sink *s)
+static double run_raw_pg(const char *url, int delete_published, size_t batch, long n, sink *s)
 {
     PGconn *c = PQconnectdb(url);
     if (PQstatus(c) != CONNECTION_OK) die("postgres: %s", PQerrorMessage(c));
@@ -230,8 +241,10 @@ static double run_raw_pg(const char *url, size_t batch, long n, sink *s)
     if (PQresultStatus(r) != PGRES_COMMAND_OK) die("postgres: %s", PQresultErrorMessage(r));
     PQclear(r);
     r = PQprepare(c, "mark",
-                  "UPDATE acemq_outbox SET state = 1, published_at = $1::bigint,"
-                  " lease_until = NULL WHERE seq = ANY($2::bigint[])",
+                  delete_published ? "DELETE FROM acemq_outbox WHERE seq = ANY($2::bigint[])"
+                                     " AND $1::bigint IS NOT NULL"
+                                   : "UPDATE acemq_outbox SET state = 1, published_at = $1::bigint,"
+                                     " lease_until = NULL WHERE seq = ANY($2::bigint[])",
                   2, NULL);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) die("postgres: %s", PQresultErrorMessage(r));
     PQclear(r);
@@ -282,7 +295,7 @@ static double run_raw_pg(const char *url, size_t batch, long n, sink *s)
 static void report(FILE *out, const char *name, double v, const char *peer, double pv)
 {
     double ratio = pv > 0 ? v / pv : 0;
-    printf("%-22s %14.0f  %-24s %14.0f %8.3f  %-8s %s\n", name, v, peer, pv, ratio, ">= 0.8",
+    printf("%-34s %14.0f  %-24s %14.0f %8.3f  %-8s %s\n", name, v, peer, pv, ratio, ">= 0.8",
            ratio >= TARGET_RATIO ? "yes" : "NO");
     fflush(stdout);
     fprintf(out,
@@ -317,7 +330,8 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
     }
     for (size_t k = 0; k < 3; k++) {
         char name[64];
-        snprintf(name, sizeof name, "%s/batch%zu", pg ? "postgres" : "sqlite", batches[k]);
+        snprintf(name, sizeof name, "%s/batch%zu%s", pg ? "postgres" : "sqlite", batches[k],
+                 cfg->delete_published ? "/delete-published" : "");
         if (!bench_wanted(cfg->filter, name)) continue;
         long n = batches[k] == 1 ? (cfg->quick ? 300 : 3000) : (cfg->quick ? 5000 : 50000);
         double a[16], p[16];
@@ -328,10 +342,10 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
                 int acemq_turn = (turn + rep) % 2 == 0;
                 refill(pg, db, conn, n);
                 if (acemq_turn)
-                    a[rep] = run_acemq(url, batches[k], n, &s);
+                    a[rep] = run_acemq(url, cfg->delete_published, batches[k], n, &s);
                 else
-                    p[rep] = pg ? run_raw_pg(url, batches[k], n, &s)
-                                : run_raw_sqlite(path, batches[k], n, &s);
+                    p[rep] = pg ? run_raw_pg(url, cfg->delete_published, batches[k], n, &s)
+                                : run_raw_sqlite(path, cfg->delete_published, batches[k], n, &s);
             }
         }
         free(s.buf);
@@ -358,9 +372,11 @@ int main(int argc, char **argv)
             cfg.reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0)
             cfg.quick = 1, cfg.reps = 1;
+        else if (strcmp(argv[i], "--delete-published") == 0)
+            cfg.delete_published = 1;
         else {
             fprintf(stderr, "usage: bench_outbox [--pg URL] [--out FILE] [--reps N] [--quick] "
-                            "[--filter TEXT]\n");
+                            "[--filter TEXT] [--delete-published]\n");
             return 2;
         }
     }
@@ -371,7 +387,7 @@ int main(int argc, char **argv)
     if (!out) die("opening %s", cfg.out_path);
     printf("outbox: claim_batch + mark_published, records/s (200-byte bodies; median of %d)\n",
            cfg.reps);
-    printf("%-22s %14s  %-24s %14s %8s  %-8s %s\n", "case", "acemq", "peer", "peer", "ratio",
+    printf("%-34s %14s  %-24s %14s %8s  %-8s %s\n", "case", "acemq", "peer", "peer", "ratio",
            "target", "met");
     bench_backend(&cfg, out, 0);
     if (cfg.pg_url && *cfg.pg_url)

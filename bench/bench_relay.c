@@ -8,7 +8,8 @@
  *
  *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
  *               [--batch N] [--window N] [--latency-inline] [--filter TEXT]
- *               [--queue classic-v2|classic-v1|quorum] [--broker-cpu N] [--quick]
+ *               [--queue classic-v2|classic-v1|quorum] [--broker-cpu N]
+ *               [--delete-published] [--quick]
  *
  * --filter runs only the cases whose name contains TEXT. --queue is the kind
  * of the durable queue every case publishes to, relay and peers alike:
@@ -19,6 +20,9 @@
  * both kinds measured. --broker-cpu N runs the broker's node alone on CPU N
  * and everything else on the others, as if the broker had a host of its own
  * (place_processes below); its cases' names end in /broker-own-cpu.
+ * --delete-published has the relay delete each record once confirmed
+ * (acemq relay --delete-published) instead of marking it published; its
+ * cases' names end in /delete-published.
  *
  * The latency case runs the relay as `acemq relay` does (claimer and marker
  * threads on handles of their own); --latency-inline runs it on one handle,
@@ -57,10 +61,11 @@ typedef struct config {
     const char *amqp_url, *pg_url, *out_path;
     long records;
     int reps, batch, window, quick, latency_inline;
-    const char *filter; /* only the cases whose name contains this */
-    const char *queue;  /* classic-v1, classic-v2, quorum */
-    int broker_cpu;     /* >= 0: the broker's node runs on this CPU alone */
-    int synchronous;    /* the relay's handles; acemq relay's default, FULL */
+    const char *filter;   /* only the cases whose name contains this */
+    const char *queue;    /* classic-v1, classic-v2, quorum */
+    int broker_cpu;       /* >= 0: the broker's node runs on this CPU alone */
+    int synchronous;      /* the relay's handles; acemq relay's default, FULL */
+    int delete_published; /* the relay deletes what it publishes (--delete-published) */
     char dir[256];
 } config;
 
@@ -70,6 +75,7 @@ static acemq_outbox *open_relay_outbox(const config *cfg, const char *url)
     acemq_outbox_options o;
     acemq_outbox_options_init(&o);
     o.synchronous = cfg->synchronous;
+    o.delete_on_publish = cfg->delete_published;
     acemq_outbox *h = NULL;
     if (acemq_outbox_open(&h, url, &o) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
     return h;
@@ -408,10 +414,10 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     qsort(lat, (size_t)n, sizeof *lat, cmp_long);
     long p50 = lat[n / 2], p99 = lat[(n * 99) / 100];
     int target = pg; /* the target is PostgreSQL's; SQLite's figure is for reading */
-    printf("%-26s %ld records at %.0f/s: p50 %ld ms, p99 %ld ms, max %ld ms  %s\n", name, n,
+    printf("%-42s %ld records at %.0f/s: p50 %ld ms, p99 %ld ms, max %ld ms  %s\n", name, n,
            (double)n / wrote, p50, p99, lat[n - 1],
            target ? (p99 <= 10 ? "(target p99 <= 10 ms: yes)" : "(target p99 <= 10 ms: NO)") : "");
-    printf("%-26s RabbitMQ alone, one persistent message then its confirm, same rate: p50 %.1f ms,"
+    printf("%-42s RabbitMQ alone, one persistent message then its confirm, same rate: p50 %.1f ms,"
            " p99 %.1f ms\n",
            "", raw50, raw99);
     fprintf(out,
@@ -578,7 +584,7 @@ static void throughput_case(const config *cfg, FILE *out, const char *name, int 
         }
     }
     double v = median(a, cfg->reps), pv = median(p, cfg->reps), ratio = v / pv;
-    printf("%-26s %10.0f  %-28s %10.0f %7.3f  >= 0.9  %s\n", name, v, "raw rabbitmq-c, confirms",
+    printf("%-42s %10.0f  %-28s %10.0f %7.3f  >= 0.9  %s\n", name, v, "raw rabbitmq-c, confirms",
            pv, ratio, ratio >= 0.9 ? "yes" : "NO");
     fprintf(out,
             "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%.0f,\"unit\":\"records/s\","
@@ -592,12 +598,14 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
 {
     /* The cases' names, as printed, written to the JSON lines and matched
      * by --filter. */
-    const char *pinned = cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "";
-    char throughput_name[64], latency_name[64];
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, "%s%s", cfg->delete_published ? "/delete-published" : "",
+             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "");
+    char throughput_name[80], latency_name[80];
     snprintf(throughput_name, sizeof throughput_name, "throughput/%s%s", pg ? "postgres" : "sqlite",
-             pinned);
+             suffix);
     snprintf(latency_name, sizeof latency_name, "%s%s",
-             pg ? "latency/postgres-notify" : "latency/sqlite-poll", pinned);
+             pg ? "latency/postgres-notify" : "latency/sqlite-poll", suffix);
     if (!bench_wanted(cfg->filter, throughput_name) && !bench_wanted(cfg->filter, latency_name))
         return;
     char url[1200], path[512];
@@ -621,8 +629,14 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
     }
     if (bench_wanted(cfg->filter, throughput_name))
         throughput_case(cfg, out, throughput_name, pg, url, db, conn);
-    if (bench_wanted(cfg->filter, latency_name))
-        latency_case(cfg, out, latency_name, pg, url, db, conn);
+    if (bench_wanted(cfg->filter, latency_name)) {
+        if (cfg->delete_published)
+            printf("%-42s not measured: latency is read from published rows' published_at,"
+                   " and --delete-published keeps none\n",
+                   latency_name);
+        else
+            latency_case(cfg, out, latency_name, pg, url, db, conn);
+    }
     fresh_queue(cfg);
     if (db) sqlite3_close(db);
     if (conn) PQfinish(conn);
@@ -665,6 +679,8 @@ int main(int argc, char **argv)
             if (cfg.synchronous < 0) die("--synchronous full|normal|off");
         } else if (strcmp(argv[i], "--latency-inline") == 0)
             cfg.latency_inline = 1;
+        else if (strcmp(argv[i], "--delete-published") == 0)
+            cfg.delete_published = 1;
         else if (strcmp(argv[i], "--broker-cpu") == 0 && i + 1 < argc) {
             char *end = NULL;
             long v = strtol(argv[++i], &end, 10);
@@ -678,11 +694,10 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--quick") == 0)
             cfg.quick = 1, cfg.reps = 1, cfg.records = 5000;
         else {
-            fprintf(
-                stderr,
-                "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
-                " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
-                " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N] [--quick]\n");
+            fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
+                            " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
+                            " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N]"
+                            " [--delete-published] [--quick]\n");
             return 2;
         }
     }
@@ -704,7 +719,7 @@ int main(int argc, char **argv)
     printf("relay: outbox -> RabbitMQ (persistent, confirms), %ld records of %d bytes, batch %d,"
            " window %d, relay synchronous=%s, median of %d\n",
            cfg.records, BODY_LEN, cfg.batch, cfg.window, sync_names[cfg.synchronous], cfg.reps);
-    printf("%-26s %10s  %-28s %10s %7s  %-7s %s\n", "case", "records/s", "peer", "records/s",
+    printf("%-42s %10s  %-28s %10s %7s  %-7s %s\n", "case", "records/s", "peer", "records/s",
            "ratio", "target", "met");
     if (cfg.broker_cpu >= 0) {
         if (sched_getaffinity(0, sizeof pinned_from, &pinned_from) != 0)

@@ -75,6 +75,32 @@ check "retry mends it" sh -c "'$acemq' outbox retry --outbox '$url' lost-1 | gre
 check "retry of a record that is not dead: exit 1" test $? = 1
 check "purge removes what was published" sh -c "'$acemq' outbox purge --outbox '$url' --older-than 0 | grep -qx 'purged 50'"
 
+# --delete-published: what was confirmed is gone from the table, not kept.
+db2=$tmp/deleting.db
+"$acemq" outbox status --outbox "sqlite:$db2" >/dev/null # makes the schema
+sqlite3 "$db2" "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20)
+  INSERT INTO acemq_outbox(id, destination, routing_key, body)
+  SELECT printf('gone-%02d', i), 'orders', 'order.created', CAST('{}' AS BLOB) FROM g;"
+port=$((port + 1))
+"$acemq" relay --outbox "sqlite:$db2" --broker memory:deleting --poll 0.05 --delete-published \
+    --metrics "127.0.0.1:$port" 2>"$tmp/relay2.log" &
+relay_pid=$!
+published=0
+for _ in $(seq 1 600); do
+    if metrics 2>/dev/null; then
+        published=$(awk '$1 == "acemq_relay_published_total" {print $2}' "$tmp/metrics.txt")
+        [ "${published:-0}" = 20 ] && break
+    fi
+    sleep 0.1
+done
+kill -TERM "$relay_pid"
+wait "$relay_pid"
+status=$?
+relay_pid=
+check "--delete-published: 20 published" test "$published" = 20
+check "--delete-published: exit status 0" test "$status" = 0
+check "--delete-published: no row left" test "$(sqlite3 "$db2" "SELECT count(*) FROM acemq_outbox")" = 0
+
 "$acemq" relay --outbox "$url" >/dev/null 2>&1
 check "relay without --broker: exit 2" test $? = 2
 "$acemq" relay --outbox "$url" --broker memory: --lease 10 --confirm-timeout 20 >/dev/null 2>&1
