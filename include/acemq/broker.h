@@ -58,9 +58,14 @@ typedef struct acemq_broker_msg {
 
 /* What happened to one message: outcome, and for NACKED / RETURNED / UNKNOWN
  * the broker's words (reply text of basic.return, "nack", "timeout", "lost
- * connection: ..."), owned by the handle until its next publish. */
+ * connection: ..."), owned by the handle until its next publish.
+ * confirm_us: microseconds from the message's publish to the broker's
+ * answer (ack or nack) as read by the handle, saturated at UINT32_MAX; 0
+ * when no answer came (UNKNOWN). It sits where the padding after outcome
+ * was, so the struct keeps its size and layout on 64-bit systems. */
 typedef struct acemq_publish_result {
     int outcome; /* an acemq_publish_outcome */
+    uint32_t confirm_us;
     const char *reason;
 } acemq_publish_result;
 

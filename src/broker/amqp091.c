@@ -61,7 +61,7 @@ typedef struct sendrec {
     uint64_t first_tag;
     int done; /* every message answered, or the channel gave up on the rest */
     unsigned char *state;
-    int64_t *sent_at;
+    int64_t *sent_at_us;
     const char **ret_reason;
     size_t cap;
     char **reasons;
@@ -102,6 +102,14 @@ static int64_t now_ms(void)
     struct timespec ts;
     if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* For each message's confirm latency (acemq_publish_result.confirm_us). */
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void sleep_ms(int64_t ms)
@@ -268,8 +276,8 @@ static int grow_send(sendrec *sr, size_t n)
         c *= 2;
     unsigned char *st = realloc(sr->state, c);
     if (st) sr->state = st;
-    int64_t *at = realloc(sr->sent_at, c * sizeof *at);
-    if (at) sr->sent_at = at;
+    int64_t *at = realloc(sr->sent_at_us, c * sizeof *at);
+    if (at) sr->sent_at_us = at;
     const char **r = realloc(sr->ret_reason, c * sizeof *r);
     if (r) sr->ret_reason = r;
     if (!st || !at || !r) return ACEMQ_ENOMEM;
@@ -289,7 +297,7 @@ static void free_send(sendrec *sr)
     free_reasons(sr);
     free(sr->reasons);
     free(sr->state);
-    free(sr->sent_at);
+    free(sr->sent_at_us);
     free(sr->ret_reason);
 }
 
@@ -313,7 +321,16 @@ static const char *keep_reason(sendrec *sr, const char *text)
     return copy;
 }
 
-static void answer(amqp_self *s, sendrec *sr, size_t i, int outcome, const char *reason)
+/* Microseconds from a message's publish to now_us, as confirm_us holds them. */
+static uint32_t since_us(int64_t sent_at_us, int64_t now)
+{
+    int64_t d = now - sent_at_us;
+    return d <= 0 ? 0 : d >= (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+}
+
+/* Message i's answer, read at at_us. */
+static void answer(amqp_self *s, sendrec *sr, size_t i, int outcome, const char *reason,
+                   int64_t at_us)
 {
     if (sr->state[i] == M_ANSWERED || sr->state[i] == M_UNSENT) return;
     if (sr->state[i] == M_RETURNED) {
@@ -322,6 +339,7 @@ static void answer(amqp_self *s, sendrec *sr, size_t i, int outcome, const char 
         reason = sr->ret_reason[i];
     }
     sr->results[i].outcome = outcome;
+    sr->results[i].confirm_us = since_us(sr->sent_at_us[i], at_us);
     sr->results[i].reason = reason;
     sr->state[i] = M_ANSWERED;
     sr->answered++;
@@ -335,18 +353,19 @@ static void answer(amqp_self *s, sendrec *sr, size_t i, int outcome, const char 
  * which may reach back into earlier sends. */
 static void confirm(amqp_self *s, uint64_t tag, int multiple, int outcome, const char *reason)
 {
+    int64_t at_us = now_us(); /* one read for all a multiple ack answers */
     for (size_t k = 0; k < s->count; k++) {
         sendrec *sr = nth_send(s, k);
         if (sr->done || tag < sr->first_tag) continue; /* an earlier channel's, or answered */
         uint64_t rel = tag - sr->first_tag;
         if (!multiple) {
-            if (rel < sr->sent) answer(s, sr, (size_t)rel, outcome, reason);
+            if (rel < sr->sent) answer(s, sr, (size_t)rel, outcome, reason, at_us);
             if (rel < sr->sent) return;
             continue;
         }
         size_t last = rel < sr->sent ? (size_t)rel : sr->sent - 1;
         for (size_t i = sr->lo; sr->sent && i <= last; i++)
-            answer(s, sr, i, outcome, reason);
+            answer(s, sr, i, outcome, reason, at_us);
         if (rel < sr->sent) return;
     }
     /* A tag never sent: the broker is confused; ignore it. */
@@ -523,7 +542,8 @@ static int64_t oldest_deadline(acemq_broker *b, amqp_self *s)
 {
     for (size_t k = 0; k < s->count; k++) {
         sendrec *sr = nth_send(s, k);
-        if (!sr->done && sr->lo < sr->sent) return sr->sent_at[sr->lo] + b->opts.confirm_timeout_ms;
+        if (!sr->done && sr->lo < sr->sent)
+            return sr->sent_at_us[sr->lo] / 1000 + b->opts.confirm_timeout_ms;
     }
     return now_ms(); /* nothing in flight: callers do not wait then */
 }
@@ -706,7 +726,7 @@ static void send_all(acemq_broker *b, amqp_self *s, sendrec *sr)
             return;
         }
         sr->state[i] = M_INFLIGHT;
-        sr->sent_at[i] = now_ms();
+        sr->sent_at_us[i] = now_us();
         sr->sent++;
         s->inflight++;
         s->next_tag++;

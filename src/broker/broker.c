@@ -1,11 +1,20 @@
 /* broker.c — the backend-neutral half of publishing: options, argument checks,
  * error text, and the promise that every message ends with an outcome. */
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "broker/broker_backend.h"
+
+#if UINTPTR_MAX == UINT64_MAX
+/* confirm_us took the padding after outcome: programs built against the
+ * header without it still agree on the size and on where reason is. */
+_Static_assert(sizeof(acemq_publish_result) == 16 && offsetof(acemq_publish_result, reason) == 8,
+               "acemq_publish_result keeps its 64-bit layout");
+#endif
 
 void acemq_broker_options_init(acemq_broker_options *o)
 {
@@ -84,6 +93,7 @@ static int check_and_reset(acemq_broker *b, const acemq_broker_msg *msgs, size_t
         return acemq__broker_fail(b, ACEMQ_EINVAL, "msgs and results must not be NULL");
     for (size_t i = 0; i < n; i++) {
         results[i].outcome = ACEMQ_PUBLISH_UNKNOWN;
+        results[i].confirm_us = 0;
         results[i].reason = "no answer from the broker";
         const acemq_broker_msg *m = &msgs[i];
         if (!m->exchange || !m->routing_key || !m->message_id || (!m->body && m->body_len))

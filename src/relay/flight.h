@@ -17,7 +17,6 @@ typedef struct acemq__flight {
     acemq_publish_result *results;
     char *text;
     size_t text_cap;
-    double sent_ms; /* when its send began, for the confirm latency */
 } acemq__flight;
 
 /* Copies n claimed records: 0 or ACEMQ_ENOMEM (then f holds nothing). */

@@ -32,16 +32,16 @@ static int put_text(acemq__mark_job *j, const char *s, size_t *at)
 }
 
 int acemq__mark_job_fill(acemq__mark_job *j, const acemq_outbox_msg *m,
-                         const acemq_publish_result *res, size_t n, double latency_ms)
+                         const acemq_publish_result *res, size_t n)
 {
     j->n = 0;
     j->text_len = 0;
-    j->latency_ms = latency_ms;
     if (n > j->cap) {
         if (grow((void **)&j->id_at, sizeof *j->id_at, n) ||
             grow((void **)&j->reason_at, sizeof *j->reason_at, n) ||
             grow((void **)&j->token, sizeof *j->token, n) ||
             grow((void **)&j->outcome, sizeof *j->outcome, n) ||
+            grow((void **)&j->confirm_us, sizeof *j->confirm_us, n) ||
             grow((void **)&j->marks, sizeof *j->marks, n) ||
             grow((void **)&j->status, sizeof *j->status, n))
             return ACEMQ_ENOMEM;
@@ -53,6 +53,7 @@ int acemq__mark_job_fill(acemq__mark_job *j, const acemq_outbox_msg *m,
         if (res[i].reason && put_text(j, res[i].reason, &j->reason_at[i]) != 0) return ACEMQ_ENOMEM;
         j->token[i] = m[i].token;
         j->outcome[i] = res[i].outcome;
+        j->confirm_us[i] = res[i].confirm_us;
     }
     j->n = n;
     return 0;
@@ -75,6 +76,7 @@ void acemq__mark_job_free(acemq__mark_job *j)
     free(j->reason_at);
     free(j->token);
     free(j->outcome);
+    free(j->confirm_us);
     free(j->marks);
     free(j->status);
     memset(j, 0, sizeof *j);

@@ -18,7 +18,7 @@ typedef struct acemq__mark_job {
     size_t *id_at, *reason_at; /* offsets into text; SIZE_MAX: no reason */
     uint64_t *token;
     int *outcome;
-    double latency_ms; /* from the batch's publish to its last confirm */
+    uint32_t *confirm_us; /* each record's, from the broker's result */
     /* Scratch for mark_published_batch. */
     acemq_outbox_mark *marks;
     int *status;
@@ -26,7 +26,7 @@ typedef struct acemq__mark_job {
 
 /* Copies n claimed records and their outcomes: 0 or ACEMQ_ENOMEM. */
 int acemq__mark_job_fill(acemq__mark_job *j, const acemq_outbox_msg *m,
-                         const acemq_publish_result *res, size_t n, double latency_ms);
+                         const acemq_publish_result *res, size_t n);
 const char *acemq__mark_job_id(const acemq__mark_job *j, size_t i);
 const char *acemq__mark_job_reason(const acemq__mark_job *j, size_t i);
 void acemq__mark_job_free(acemq__mark_job *j);

@@ -65,8 +65,10 @@ size_t acemq__metrics_render(const acemq_relay_stats *s, char *buf, size_t cap)
     gauge(&o, "acemq_outbox_oldest_pending_age_seconds",
           "Age of the oldest record still to publish.", (double)s->oldest_age_ms / 1000.0);
     const char *h = "acemq_relay_confirm_latency_seconds";
-    put(&o, "# HELP %s Time from publishing a batch to its last confirm.\n# TYPE %s histogram\n", h,
-        h);
+    put(&o,
+        "# HELP %s Time from publishing each record to the broker's confirm of it.\n# TYPE %s "
+        "histogram\n",
+        h, h);
     uint64_t cumulative = 0;
     for (size_t k = 0; k < ACEMQ_RELAY_LATENCY_BUCKETS; k++) {
         cumulative += s->latency_count[k];

@@ -186,13 +186,16 @@ static int fail(acemq_relay *r, int code, const char *what, const char *why)
     return code;
 }
 
-static void count_latency(acemq_relay_stats *s, double ms, uint64_t n)
+/* One record's confirm latency into the histogram: the broker's own
+ * measure, from the message's publish to its ack. */
+static void count_latency(acemq_relay_stats *s, uint32_t us)
 {
+    double ms = (double)us / 1000.0;
     size_t k = 0;
     while (k < ACEMQ_RELAY_LATENCY_BUCKETS - 1 && ms > acemq_relay_latency_bounds_ms[k])
         k++;
-    s->latency_count[k] += n;
-    s->latency_sum_ms += ms * (double)n;
+    s->latency_count[k]++;
+    s->latency_sum_ms += ms;
 }
 
 /* Writes a published batch's outcomes back through ob: confirmed records
@@ -259,7 +262,10 @@ static int settle(acemq_relay *r, acemq_outbox *ob, acemq__mark_job *j)
     r->stats.nacked += nacked;
     r->stats.unknown += unknown;
     r->stats.batches++;
-    if (confirmed) count_latency(&r->stats, j->latency_ms, confirmed);
+    for (size_t i = 0, m = 0; i < j->n; i++) { /* marks[m] is record i's when confirmed */
+        if (j->outcome[i] != ACEMQ_PUBLISH_CONFIRMED) continue;
+        if (j->status[m++] == 0) count_latency(&r->stats, j->confirm_us[i]);
+    }
     pthread_mutex_unlock(&r->lock);
     return rc;
 }
@@ -305,11 +311,9 @@ static int claim_and_publish(acemq_relay *r, acemq__mark_job *j, size_t *claimed
         bm->body = m[i].body;
         bm->body_len = m[i].body_len;
     }
-    double t0 = mono_ms();
     int prc = acemq_broker_publish(r->b, r->msgs, n, r->results);
-    double latency = mono_ms() - t0;
     if (prc != 0) return release_unsent(r, m, n, prc);
-    rc = acemq__mark_job_fill(j, m, r->results, n, latency);
+    rc = acemq__mark_job_fill(j, m, r->results, n);
     /* Out of memory copying the outcomes: nothing is marked, the leases hand
      * the records out again. */
     if (rc != 0) return fail(r, rc, "mark job", "out of memory");
@@ -387,12 +391,12 @@ static void marker_hand_over(marker *k, int i)
 
 /* Copies a collected flight's outcomes into the next free job and hands it
  * to the marker. */
-static void hand_over_flight(acemq_relay *r, marker *k, acemq__flight *f, double latency)
+static void hand_over_flight(acemq_relay *r, marker *k, acemq__flight *f)
 {
     int i = k->next_job;
     marker_wait_free(k, i);
     /* Out of memory: nothing is marked, the leases hand the records out again. */
-    if (acemq__mark_job_fill(&r->jobs[i], f->recs, f->results, f->n, latency) != 0) {
+    if (acemq__mark_job_fill(&r->jobs[i], f->recs, f->results, f->n) != 0) {
         (void)fail(r, ACEMQ_ENOMEM, "mark job", "out of memory");
         return;
     }
@@ -411,7 +415,7 @@ static void collect_pending(acemq_relay *r, marker *k)
         (void)fail(r, rc, "collect", acemq_broker_errmsg(r->b));
         return;
     }
-    hand_over_flight(r, k, f, mono_ms() - f->sent_ms);
+    hand_over_flight(r, k, f);
 }
 
 /* Claims on ob into flight i. Runs on the claimer thread when there is one,
@@ -558,7 +562,6 @@ static int free_flight(const acemq_relay *r, int a)
 static int send_flight(acemq_relay *r, int i, int *rc)
 {
     acemq__flight *f = &r->flights[i];
-    f->sent_ms = mono_ms();
     *rc = acemq_broker_send(r->b, f->msgs, f->n, f->results);
     if (*rc == 0) return 1;
     *rc = release_unsent(r, f->recs, f->n, *rc);
@@ -576,7 +579,7 @@ static int settle_now(acemq_relay *r, int i)
     if (rc != 0) return fail(r, rc, "collect", acemq_broker_errmsg(r->b));
     acemq__mark_job *j = &r->jobs[2];
     /* Out of memory: nothing is marked, the leases hand the records out again. */
-    if (acemq__mark_job_fill(j, f->recs, f->results, f->n, mono_ms() - f->sent_ms) != 0)
+    if (acemq__mark_job_fill(j, f->recs, f->results, f->n) != 0)
         return fail(r, ACEMQ_ENOMEM, "mark job", "out of memory");
     return settle(r, r->ob, j);
 }

@@ -120,6 +120,10 @@ static void everything_arrives_once_in_order(void **state)
     acemq_relay_stats_get(w->r, &s);
     assert_int_equal(s.published, 95);
     assert_int_equal(s.failed + s.unknown + s.released, 0);
+    uint64_t timed = 0; /* the confirm latency histogram: one count per record published */
+    for (int k = 0; k < ACEMQ_RELAY_LATENCY_BUCKETS; k++)
+        timed += s.latency_count[k];
+    assert_int_equal(timed, 95);
     acemq_outbox_pending p;
     assert_int_equal(acemq_outbox_pending_count(w->ob, &p), 0);
     assert_int_equal(p.unclaimed + p.claimed + p.dead, 0);

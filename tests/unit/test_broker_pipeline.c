@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -65,6 +66,52 @@ static void window_tells_oldest_first(void **state)
     assert_outcomes(rc, (const int[]){ok, ok, ok}, 3);
     assert_int_equal(acemq_broker_collect(b), ACEMQ_ENOENT);
     assert_int_equal(acemq__memory_broker_count(b), 6);
+    acemq_broker_close(b);
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    assert_int_equal(clock_gettime(CLOCK_MONOTONIC, &ts), 0);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* confirm_us is each message's own time from publish to answer: the held
+ * confirms, told at collect after at least `spin` microseconds, say at
+ * least that and no more than the whole; a message that got no answer
+ * says 0, whatever the array held before. */
+static void confirm_us_is_measured_per_message(void **state)
+{
+    (void)state;
+    acemq_broker *b = open_window(256);
+    acemq_broker_msg a[3];
+    char ia[3][32];
+    acemq_publish_result ra[3];
+    fill(a, ia, 3, "a");
+    for (int i = 0; i < 3; i++)
+        ra[i].confirm_us = UINT32_MAX;
+    const int64_t spin = 200;
+    int64_t t0 = now_us();
+    assert_int_equal(acemq_broker_send(b, a, 3, ra), 0);
+    int64_t sent = now_us();
+    while (now_us() - sent < spin) {
+    }
+    assert_int_equal(acemq_broker_collect(b), 0);
+    int64_t whole = now_us() - t0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ra[i].outcome, ACEMQ_PUBLISH_CONFIRMED);
+        if (ra[i].confirm_us < spin || ra[i].confirm_us > whole)
+            fail_msg("message %d: confirm_us %u, not within %lld..%lld", i, ra[i].confirm_us,
+                     (long long)spin, (long long)whole);
+    }
+    acemq__memory_broker_fault(b, ACEMQ__FAULT_NO_CONFIRM, 1, 0);
+    for (int i = 0; i < 3; i++)
+        ra[i].confirm_us = UINT32_MAX;
+    assert_int_equal(acemq_broker_publish(b, a, 3, ra), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ra[i].outcome, ACEMQ_PUBLISH_UNKNOWN);
+        assert_int_equal(ra[i].confirm_us, 0);
+    }
     acemq_broker_close(b);
 }
 
@@ -154,6 +201,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(window_tells_oldest_first),
+        cmocka_unit_test(confirm_us_is_measured_per_message),
         cmocka_unit_test(drop_loses_both_sends_confirms),
         cmocka_unit_test(nack_in_second_send_only),
         cmocka_unit_test(outstanding_sends_are_bounded),
