@@ -9,7 +9,7 @@
  *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
  *               [--batch N] [--window N] [--latency-inline] [--filter TEXT]
  *               [--queue classic-v2|classic-v1|quorum] [--broker-cpu N]
- *               [--delete-published] [--quick]
+ *               [--delete-published] [--writer-busy-wait] [--quick]
  *
  * --filter runs only the cases whose name contains TEXT. --queue is the kind
  * of the durable queue every case publishes to, relay and peers alike:
@@ -22,7 +22,9 @@
  * (place_processes below); its cases' names end in /broker-own-cpu.
  * --delete-published has the relay delete each record once confirmed
  * (acemq relay --delete-published) instead of marking it published; its
- * cases' names end in /delete-published.
+ * cases' names end in /delete-published. The latency case also times the
+ * writer's transactions; --writer-busy-wait has the SQLite writer wait for
+ * the lock with acemq_sqlite_busy_wait instead of sqlite3_busy_timeout.
  *
  * The latency case runs the relay as `acemq relay` does (claimer and marker
  * threads on handles of their own); --latency-inline runs it on one handle,
@@ -61,6 +63,7 @@ typedef struct config {
     const char *amqp_url, *pg_url, *out_path;
     long records;
     int reps, batch, window, quick, latency_inline;
+    int writer_busy_wait; /* the SQLite writer waits as acemq does (acemq_sqlite_busy_wait) */
     const char *filter;   /* only the cases whose name contains this */
     const char *queue;    /* classic-v1, classic-v2, quorum */
     int broker_cpu;       /* >= 0: the broker's node runs on this CPU alone */
@@ -377,6 +380,12 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     if (pthread_create(&th, NULL, relay_main, &t) != 0) die("pthread_create failed");
     static char body[BODY_LEN];
     memset(body, 'x', sizeof body);
+    /* The writer is the application: how long its transactions take while
+     * the relay claims and marks beside it, SQLite's lock shared. */
+    double *txn_ms = malloc((size_t)n * sizeof *txn_ms);
+    if (!txn_ms) die("out of memory");
+    if (!pg && cfg->writer_busy_wait && acemq_sqlite_busy_wait(db, 10000) != 0)
+        die("acemq_sqlite_busy_wait failed");
     double start = mono_now();
     for (long i = 0; i < n; i++) {
         double due = start + (double)i / rate;
@@ -389,12 +398,16 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
         snprintf(id, sizeof id, "lat-%08ld", i);
         acemq_outbox_record rec = {
             .id = id, .destination = "", .routing_key = QUEUE, .body = body, .body_len = BODY_LEN};
+        double t0 = mono_now();
         exec_sql(pg, db, conn, "BEGIN");
         int rc = pg ? acemq_outbox_add_pg(conn, &rec, NULL, NULL)
                     : acemq_outbox_add_sqlite(db, &rec, NULL, NULL);
         if (rc != 0) die("add: %s", acemq_outbox_errmsg(NULL));
         exec_sql(pg, db, conn, "COMMIT");
+        txn_ms[i] = (mono_now() - t0) * 1000;
     }
+    if (!pg && cfg->writer_busy_wait && sqlite3_busy_timeout(db, 10000) != SQLITE_OK)
+        die("sqlite3_busy_timeout failed"); /* as the other cases have it */
     double wrote = mono_now() - start;
     /* A handle of its own: the relay's belongs to the relay's thread. */
     acemq_outbox *watch = NULL;
@@ -438,6 +451,18 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     printf("%-42s RabbitMQ alone, one persistent message then its confirm, same rate: p50 %.1f ms,"
            " p99 %.1f ms\n",
            "", raw50, raw99);
+    double txn_max = 0;
+    for (long i = 0; i < n; i++)
+        txn_max = txn_ms[i] > txn_max ? txn_ms[i] : txn_max;
+    double txn50 = median(txn_ms, (int)n); /* sorts txn_ms */
+    printf("%-42s the writer's transactions (BEGIN, add, COMMIT), %s: p50 %.2f ms, p99 %.2f ms,"
+           " max %.1f ms\n",
+           "",
+           pg                      ? "PostgreSQL"
+           : cfg->writer_busy_wait ? "acemq_sqlite_busy_wait"
+                                   : "sqlite3_busy_timeout",
+           txn50, txn_ms[(n * 99) / 100], txn_max);
+    free(txn_ms);
     fprintf(out,
             "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%ld,\"unit\":\"ms p99\",\"p50_ms\":%ld,"
             "\"peer\":\"raw rabbitmq-c confirm latency p99 (ms), same rate\",\"peer_value\":%.1f,"
@@ -699,6 +724,8 @@ int main(int argc, char **argv)
             cfg.latency_inline = 1;
         else if (strcmp(argv[i], "--delete-published") == 0)
             cfg.delete_published = 1;
+        else if (strcmp(argv[i], "--writer-busy-wait") == 0)
+            cfg.writer_busy_wait = 1;
         else if (strcmp(argv[i], "--broker-cpu") == 0 && i + 1 < argc) {
             char *end = NULL;
             long v = strtol(argv[++i], &end, 10);
@@ -715,7 +742,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
                             " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
                             " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N]"
-                            " [--delete-published] [--quick]\n");
+                            " [--delete-published] [--writer-busy-wait] [--quick]\n");
             return 2;
         }
     }

@@ -34,6 +34,18 @@ ACEMQ_EXTERN int acemq_idem_open_sqlite(acemq_idem **out, sqlite3 *db, const ace
 ACEMQ_EXTERN int acemq_outbox_add_sqlite(sqlite3 *db, const acemq_outbox_record *r,
                                          const acemq_outbox_add_options *o, char *id_out);
 
+/* Makes db wait for a lock held by another connection the way acemq's own
+ * connections do: sleeps of 20 to 320 microseconds, randomised, for up to
+ * timeout_ms in all, then SQLITE_BUSY. SQLite's own sqlite3_busy_timeout()
+ * sleeps 1, 2, 5 ... 100 ms between tries, so a writer that meets a relay's
+ * claim or mark (held for about a millisecond) loses 10 to 100 ms; with
+ * this it loses about what the lock was held for (docs/outbox.md). Replaces
+ * any busy handler or busy timeout db had, and is replaced by a later one.
+ * Its state lives as long as db and goes when db closes. timeout_ms 0:
+ * do not wait. 0, ACEMQ_EINVAL (db NULL or timeout_ms negative) or
+ * ACEMQ_ENOMEM. */
+ACEMQ_EXTERN int acemq_sqlite_busy_wait(sqlite3 *db, int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif

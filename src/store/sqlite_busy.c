@@ -1,11 +1,16 @@
 /* sqlite_busy.c — the SQLite store's busy handler: how its own connections
  * wait for a write lock another connection holds, and for how long. The
- * store (sqlite_idem.c) installs it and keeps one acemq__sqlite_busy a handle.
+ * store (sqlite_idem.c) and the outbox (sqlite_outbox.c) install it and keep
+ * one acemq__sqlite_busy a handle; acemq_sqlite_busy_wait() puts it on an
+ * application's own connection.
  */
+#include <sqlite3.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "acemq/sqlite.h"
 #include "store/sqlite_busy.h"
 
 void acemq__sqlite_busy_init(acemq__sqlite_busy *b, int timeout_ms)
@@ -63,4 +68,32 @@ int acemq__sqlite_busy_handler(void *arg, int count)
     struct timespec ts = {0, (long)(us * 1000)};
     (void)nanosleep(&ts, NULL);
     return 1;
+}
+
+/* Never called for its result: the function exists so that SQLite frees
+ * the handler's state (its xDestroy) when the connection closes or the
+ * function is defined again, SQLite 3.40 having no other hook on close. */
+static void busy_state_holder(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    (void)argv;
+    sqlite3_result_null(ctx);
+}
+
+int acemq_sqlite_busy_wait(sqlite3 *db, int timeout_ms)
+{
+    if (!db || timeout_ms < 0) return ACEMQ_EINVAL;
+    acemq__sqlite_busy *b = malloc(sizeof *b);
+    if (!b) return ACEMQ_ENOMEM;
+    acemq__sqlite_busy_init(b, timeout_ms);
+    /* On failure SQLite has already called free(b). Replacing an earlier
+     * definition frees the earlier state, which the handler set next
+     * replaces before SQLite can call it again. */
+    int rc = sqlite3_create_function_v2(db, "acemq_busy_wait_state", 0, SQLITE_UTF8, b,
+                                        busy_state_holder, NULL, NULL, free);
+    if (rc == SQLITE_NOMEM) return ACEMQ_ENOMEM;
+    if (rc == SQLITE_BUSY) return ACEMQ_EBUSY; /* a statement of db is running */
+    if (rc != SQLITE_OK) return ACEMQ_EBACKEND;
+    rc = sqlite3_busy_handler(db, acemq__sqlite_busy_handler, b);
+    return rc == SQLITE_OK ? 0 : ACEMQ_EBACKEND;
 }
