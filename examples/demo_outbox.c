@@ -162,7 +162,9 @@ int main(int argc, char **argv)
     if (acemq_outbox_open(&ob, outbox_url, NULL) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
     sqlite3 *db = NULL;
     if (sqlite3_open(path, &db) != SQLITE_OK) die("%s", "sqlite3_open failed");
-    sqlite3_busy_timeout(db, 10000);
+    /* Wait for the relay's lock as the relay waits for ours: short sleeps,
+     * not SQLite's 1-100 ms steps. */
+    if (acemq_sqlite_busy_wait(db, 10000) != 0) die("%s", "acemq_sqlite_busy_wait failed");
     sql(db, "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer TEXT, total_cents INTEGER)");
 
     /* The order service: the order row and its event commit or roll back together. */
