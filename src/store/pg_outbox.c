@@ -38,10 +38,10 @@
 
 /* fillfactor 50: inserts leave half of each page free, so a claim, which
  * changes only token and lease_until (no indexed column), writes its new
- * row version on the same page as a HOT update, with no new index entries in
- * the four indexes. A page fills at about 11 rows of 200-byte bodies, and a
- * claim of them all needs room for 11 new versions: at 70 most claims still
- * left the page. Outbox rows are short-lived, so the table's size is the
+ * row version on the same page as a HOT update, with no new index entries
+ * (else three: the primary key, id and the due index). A page fills at 11
+ * to 13 rows of 200-byte bodies, and a claim of them all needs room for as
+ * many new versions: at 70 most claims still left the page. Outbox rows are short-lived, so the table's size is the
  * backlog's, doubled. Measured: claim + mark 1.4-1.8x the records/s of the
  * default 100, 2.3-2.8x with delete_on_publish (docs/performance.md). Set
  * at creation only: a table made by an earlier version keeps its
