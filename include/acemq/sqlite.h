@@ -42,8 +42,11 @@ ACEMQ_EXTERN int acemq_outbox_add_sqlite(sqlite3 *db, const acemq_outbox_record 
  * this it loses about what the lock was held for (docs/outbox.md). Replaces
  * any busy handler or busy timeout db had, and is replaced by a later one.
  * Its state lives as long as db and goes when db closes. timeout_ms 0:
- * do not wait. 0, ACEMQ_EINVAL (db NULL or timeout_ms negative) or
- * ACEMQ_ENOMEM. */
+ * do not wait. 0; ACEMQ_EINVAL (db NULL or timeout_ms negative);
+ * ACEMQ_ENOMEM; ACEMQ_EBUSY when a statement on db is still running (the
+ * state is kept by an SQL function, which SQLite will not redefine then);
+ * ACEMQ_EBACKEND for any other refusal from SQLite. On failure db keeps the
+ * busy handling it had. */
 ACEMQ_EXTERN int acemq_sqlite_busy_wait(sqlite3 *db, int timeout_ms);
 
 #ifdef __cplusplus

@@ -94,6 +94,8 @@ int acemq_sqlite_busy_wait(sqlite3 *db, int timeout_ms)
     if (rc == SQLITE_NOMEM) return ACEMQ_ENOMEM;
     if (rc == SQLITE_BUSY) return ACEMQ_EBUSY; /* a statement of db is running */
     if (rc != SQLITE_OK) return ACEMQ_EBACKEND;
+    /* Fails only for what is not a connection (SQLITE_MISUSE), which the
+     * create above would already have refused. */
     rc = sqlite3_busy_handler(db, acemq__sqlite_busy_handler, b);
     return rc == SQLITE_OK ? 0 : ACEMQ_EBACKEND;
 }

@@ -183,6 +183,27 @@ static void state_goes_with_the_connection(void **state)
     sqlite3_close(db);
 }
 
+/* Installed again while a statement on db runs: SQLite will not redefine
+ * the function that keeps the state, so the call says EBUSY and the first
+ * handler stays, still waiting for a lock let go. */
+static void reinstalled_while_a_statement_runs(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = prepared_db(f);
+    assert_int_equal(exec(db, "INSERT INTO t VALUES (7), (8)"), SQLITE_OK);
+    assert_int_equal(acemq_sqlite_busy_wait(db, 60000), 0);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT x FROM t", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(acemq_sqlite_busy_wait(db, 0), ACEMQ_EBUSY);
+    sqlite3_finalize(st);
+    holder h;
+    start_holder(&h, f->path, 30);
+    assert_int_equal(exec(db, "BEGIN IMMEDIATE; INSERT INTO t VALUES (9); COMMIT"), SQLITE_OK);
+    finish_holder(&h);
+    sqlite3_close(db);
+}
+
 static void bad_arguments(void **state)
 {
     fixture *f = *state;
@@ -198,6 +219,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(waits_for_a_lock_let_go, setup, teardown),
         cmocka_unit_test_setup_teardown(gives_up_after_the_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(state_goes_with_the_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(reinstalled_while_a_statement_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_arguments, setup, teardown),
     };
     return cmocka_run_group_tests_name("acemq_sqlite_busy_wait", tests, NULL, NULL);
