@@ -406,9 +406,9 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
         exec_sql(pg, db, conn, "COMMIT");
         txn_ms[i] = (mono_now() - t0) * 1000;
     }
+    double wrote = mono_now() - start;
     if (!pg && cfg->writer_busy_wait && sqlite3_busy_timeout(db, 10000) != SQLITE_OK)
         die("sqlite3_busy_timeout failed"); /* as the other cases have it */
-    double wrote = mono_now() - start;
     /* A handle of its own: the relay's belongs to the relay's thread. */
     acemq_outbox *watch = NULL;
     if (acemq_outbox_open(&watch, outbox_url, NULL) != 0)
