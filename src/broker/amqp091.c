@@ -104,14 +104,6 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* For each message's confirm latency (acemq_publish_result.confirm_us). */
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void sleep_ms(int64_t ms)
 {
     struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
@@ -321,13 +313,6 @@ static const char *keep_reason(sendrec *sr, const char *text)
     return copy;
 }
 
-/* Microseconds from a message's publish to now_us, as confirm_us holds them. */
-static uint32_t since_us(int64_t sent_at_us, int64_t now)
-{
-    int64_t d = now - sent_at_us;
-    return d <= 0 ? 0 : d >= (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)d;
-}
-
 /* Message i's answer, read at at_us. */
 static void answer(amqp_self *s, sendrec *sr, size_t i, int outcome, const char *reason,
                    int64_t at_us)
@@ -339,7 +324,7 @@ static void answer(amqp_self *s, sendrec *sr, size_t i, int outcome, const char 
         reason = sr->ret_reason[i];
     }
     sr->results[i].outcome = outcome;
-    sr->results[i].confirm_us = since_us(sr->sent_at_us[i], at_us);
+    sr->results[i].confirm_us = acemq__broker_confirm_us(sr->sent_at_us[i], at_us);
     sr->results[i].reason = reason;
     sr->state[i] = M_ANSWERED;
     sr->answered++;
@@ -353,7 +338,7 @@ static void answer(amqp_self *s, sendrec *sr, size_t i, int outcome, const char 
  * which may reach back into earlier sends. */
 static void confirm(amqp_self *s, uint64_t tag, int multiple, int outcome, const char *reason)
 {
-    int64_t at_us = now_us(); /* one read for all a multiple ack answers */
+    int64_t at_us = acemq__broker_now_us(); /* one read for all a multiple ack answers */
     for (size_t k = 0; k < s->count; k++) {
         sendrec *sr = nth_send(s, k);
         if (sr->done || tag < sr->first_tag) continue; /* an earlier channel's, or answered */
@@ -726,7 +711,7 @@ static void send_all(acemq_broker *b, amqp_self *s, sendrec *sr)
             return;
         }
         sr->state[i] = M_INFLIGHT;
-        sr->sent_at_us[i] = now_us();
+        sr->sent_at_us[i] = acemq__broker_now_us();
         sr->sent++;
         s->inflight++;
         s->next_tag++;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "broker/broker_backend.h"
 
@@ -82,6 +83,19 @@ void acemq_broker_close(acemq_broker *b)
     if (!b) return;
     if (b->methods) b->methods->close(b);
     free(b);
+}
+
+int64_t acemq__broker_now_us(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+uint32_t acemq__broker_confirm_us(int64_t sent_us, int64_t at_us)
+{
+    int64_t d = at_us - sent_us;
+    return d <= 0 ? 0 : d >= (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)d;
 }
 
 /* Every result UNKNOWN before the backend runs, and every message checked for

@@ -46,6 +46,12 @@ struct acemq_broker {
 int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* For acemq_publish_result.confirm_us: the monotonic clock in microseconds
+ * (0 if it cannot be read), and the time from a publish at sent_us to an
+ * answer read at at_us, saturated to 0..UINT32_MAX. */
+int64_t acemq__broker_now_us(void);
+uint32_t acemq__broker_confirm_us(int64_t sent_us, int64_t at_us);
+
 /* Backend entry points: fill b->methods and b->self, or return an error with
  * its text on b. The URL text is passed whole: amqp:// URLs carry user,
  * password, host, port and vhost that rabbitmq-c's amqp_parse_url reads. */

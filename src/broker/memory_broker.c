@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "broker/broker_backend.h"
 #include "broker/memory_broker.h"
@@ -42,13 +41,6 @@ typedef struct held {
     const char *reason;
     int64_t sent_at_us; /* for confirm_us, as a real broker's is measured */
 } held;
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* One handle: a connection to the shared broker, with its unanswered
  * confirms in publish order and where each outstanding send ends in them. */
@@ -158,7 +150,7 @@ static int hold(mem_handle *h, acemq_publish_result *res, int outcome, const cha
             h->q_cap = cap;
         }
     }
-    h->q[h->q_len++] = (held){res, outcome, reason, now_us()};
+    h->q[h->q_len++] = (held){res, outcome, reason, acemq__broker_now_us()};
     h->q_seq++;
     return 0;
 }
@@ -166,13 +158,13 @@ static int hold(mem_handle *h, acemq_publish_result *res, int outcome, const cha
 /* Tells the oldest held outcomes until `seq` have been told. */
 static void tell_until(mem_handle *h, size_t seq)
 {
-    int64_t at = now_us();
+    int64_t at = acemq__broker_now_us();
     while (h->answered_seq < seq && h->q_head < h->q_len) {
         held *x = &h->q[h->q_head++];
         x->res->outcome = x->outcome;
         /* An UNKNOWN (an injected missing confirm) had no answer. */
-        int64_t d = x->outcome == ACEMQ_PUBLISH_UNKNOWN ? 0 : at - x->sent_at_us;
-        x->res->confirm_us = d <= 0 ? 0 : d >= (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+        x->res->confirm_us =
+            x->outcome == ACEMQ_PUBLISH_UNKNOWN ? 0 : acemq__broker_confirm_us(x->sent_at_us, at);
         x->res->reason = x->reason;
         h->answered_seq++;
     }
