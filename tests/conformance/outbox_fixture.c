@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "acemq/postgres.h"
@@ -190,4 +191,30 @@ long long outbox_scalar(outbox_fixture *f, const char *sql)
 long outbox_rows(outbox_fixture *f)
 {
     return (long)outbox_scalar(f, "SELECT count(*) FROM acemq_outbox");
+}
+
+void outbox_fixture_tagged_url(outbox_fixture *f, const char *tag, char *out, size_t cap)
+{
+    if (!f->pg) fail("tagged URLs are for PostgreSQL");
+    /* f->url always has a query part: the search_path option. */
+    int n = snprintf(out, cap, "%s&application_name=%s_%s", f->url, f->schema, tag);
+    if (n < 0 || (size_t)n >= cap) fail("tagged URL: no room");
+}
+
+long outbox_fixture_cut(outbox_fixture *f, const char *tag)
+{
+    if (!f->pg) fail("cutting connections is for PostgreSQL");
+    char where[256], sql[512];
+    snprintf(where, sizeof where, "FROM pg_stat_activity WHERE application_name = '%s_%s'",
+             f->schema, tag);
+    snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) %s", where);
+    long cut = (long)outbox_scalar(f, sql);
+    /* pg_terminate_backend only signals: wait (bounded) for them to go. */
+    snprintf(sql, sizeof sql, "SELECT count(*) %s", where);
+    for (int i = 0; outbox_scalar(f, sql) > 0; i++) {
+        if (i == 3000) fail("connections tagged %s still there after 30 s", tag);
+        struct timespec ts = {0, 10000000L}; /* 10 ms */
+        nanosleep(&ts, NULL);
+    }
+    return cut;
 }

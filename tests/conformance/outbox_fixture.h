@@ -51,4 +51,12 @@ long outbox_rows(outbox_fixture *f);
 /* The one integer a query answers, on f's own connection. */
 long long outbox_scalar(outbox_fixture *f, const char *sql);
 
+/* PostgreSQL: f's URL with application_name set to f's schema and `tag`,
+ * so that the connections opened with it can be found (and cut). */
+void outbox_fixture_tagged_url(outbox_fixture *f, const char *tag, char *out, size_t cap);
+/* PostgreSQL: the server ends every connection opened with
+ * outbox_fixture_tagged_url(f, tag), as a restart or a network cut would;
+ * returns once they are gone, with how many there were. */
+long outbox_fixture_cut(outbox_fixture *f, const char *tag);
+
 #endif

@@ -816,6 +816,42 @@ static void claims_stay_on_their_page(void **state)
     acemq_outbox_close(h);
 }
 
+/* PostgreSQL only. The server ends a handle's connection (as a restart, a
+ * failover or a network cut would). The call that finds it gone answers
+ * ACEMQ_EIO, the next one connects again: its statements prepared anew, so
+ * claims and marks work, and its LISTEN renewed, so a commit still wakes
+ * acemq_outbox_wait (else it would sleep out its 10 s and answer 0). */
+static void a_lost_connection_comes_back(void **state)
+{
+    outbox_fixture *f = *state;
+    char url[1200];
+    outbox_fixture_tagged_url(f, "victim", url, sizeof url);
+    acemq_outbox *h = NULL;
+    assert_int_equal(acemq_outbox_open(&h, url, &f->opts), 0);
+    const char *first[] = {"before"};
+    add_committed(f, first, NULL, 1);
+    const acemq_outbox_msg *m;
+    assert_int_equal(claim(h, 10, 60000, &m), 1);
+    char id[64];
+    snprintf(id, sizeof id, "%s", m[0].id);
+    uint64_t token = m[0].token;
+
+    assert_int_equal(outbox_fixture_cut(f, "victim"), 1);
+    acemq_outbox_pending p;
+    assert_int_equal(acemq_outbox_pending_count(h, &p), ACEMQ_EIO);
+    assert_non_null(strstr(acemq_outbox_errmsg(h), "postgres"));
+    assert_int_equal(acemq_outbox_pending_count(h, &p), 0);
+    assert_int_equal(p.claimed, 1);
+    assert_int_equal(acemq_outbox_mark_published(h, id, token), 0);
+
+    const char *later[] = {"after"};
+    add_committed(f, later, NULL, 1);
+    assert_int_equal(acemq_outbox_wait(h, 10000), 1);
+    assert_int_equal(claim(h, 10, 60000, &m), 1);
+    assert_string_equal(m[0].id, "after");
+    acemq_outbox_close(h);
+}
+
 int main(int argc, char **argv)
 {
     use_pg = outbox_backend_from_args(argc, argv);
@@ -847,6 +883,7 @@ int main(int argc, char **argv)
     };
     const struct CMUnitTest postgres_tests[] = {
         cmocka_unit_test_setup_teardown(claims_stay_on_their_page, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_lost_connection_comes_back, setup, teardown),
     };
     int failed = cmocka_run_group_tests_name(use_pg ? "outbox conformance (postgres)"
                                                     : "outbox conformance (sqlite)",
