@@ -7,6 +7,7 @@
  * as Skipped, never Passed. Names carry the pid, and the queues are exclusive
  * to the admin connection, so runs never see each other's messages.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +19,10 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -407,6 +411,82 @@ static void lost_connection_then_reconnects(void **state)
     acemq_broker_close(b);
 }
 
+/* The broker's process, from the pid file scripts/services.sh names in
+ * ACEMQ_RABBITMQ_PIDFILE; 0 when there is none to read. */
+static pid_t broker_pid(void)
+{
+    const char *path = getenv("ACEMQ_RABBITMQ_PIDFILE");
+    if (!path || !*path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    long pid = 0;
+    if (fscanf(f, "%ld", &pid) != 1) pid = 0;
+    fclose(f);
+    return (pid_t)pid;
+}
+
+/* A broker that takes the messages and never answers: once
+ * confirm_timeout_ms has passed they are UNKNOWN ("timeout"), the call
+ * returns, the connection is dropped (its delivery tags mean nothing on
+ * another), and the next publish connects again and is confirmed. The
+ * broker is stopped with SIGSTOP while the messages are out, so no confirm
+ * can come however long the call waits. */
+static void silent_broker_times_out_then_recovers(void **state)
+{
+    (void)state;
+    pid_t pid = broker_pid();
+    if (pid <= 0) {
+        print_message("no ACEMQ_RABBITMQ_PIDFILE to stop the broker by\n");
+        skip();
+    }
+    char ex[128], q[128];
+    bound_route(ex, q, "silent");
+    acemq_broker_options o;
+    acemq_broker_options_init(&o);
+    o.window = 256;
+    o.confirm_timeout_ms = 300;
+    acemq_broker *b = NULL;
+    assert_int_equal(acemq_broker_open(&b, url, &o), 0);
+    acemq_broker_msg m[2] = {msg(ex, "k", "s1"), msg(ex, "k", "s2")};
+    acemq_publish_result r[2];
+    assert_int_equal(acemq_broker_publish(b, m, 2, r), 0); /* connected */
+    assert_int_equal(r[0].outcome, ACEMQ_PUBLISH_CONFIRMED);
+    if (kill(pid, SIGSTOP) != 0) {
+        print_message("cannot stop the broker (pid %ld): %s\n", (long)pid, strerror(errno));
+        acemq_broker_close(b);
+        skip();
+    }
+    /* A watchdog wakes the broker in 20 s whatever happens here: a publish
+     * that never timed out would otherwise keep it stopped for every test
+     * after this one. It would then be confirmed, and fail below. */
+    pid_t watchdog = fork();
+    if (watchdog == 0) {
+        struct timespec ts = {20, 0};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGCONT);
+        _exit(0);
+    }
+    int rc = acemq_broker_publish(b, m, 2, r);
+    /* Before any assertion, so that a failure does not leave it stopped. */
+    int resumed = kill(pid, SIGCONT);
+    if (watchdog > 0) {
+        kill(watchdog, SIGKILL);
+        waitpid(watchdog, NULL, 0);
+    }
+    assert_true(watchdog > 0);
+    assert_int_equal(resumed, 0);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(r[i].outcome, ACEMQ_PUBLISH_UNKNOWN);
+        assert_string_equal(r[i].reason, "timeout");
+    }
+    assert_non_null(strstr(acemq_broker_errmsg(b), "no confirm within 300 ms"));
+    assert_int_equal(acemq_broker_publish(b, m, 2, r), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(r[i].outcome, ACEMQ_PUBLISH_CONFIRMED);
+    acemq_broker_close(b);
+}
+
 /* Pipelined sends, window 8: three sends of 100 with two outstanding at a
  * time, the second holding messages that come back unroutable under the
  * same ids as routed ones of the first. Every outcome lands on its own
@@ -572,6 +652,7 @@ int main(void)
         cmocka_unit_test(full_queue_nacks),
         cmocka_unit_test(missing_exchange_closes_channel_then_recovers),
         cmocka_unit_test(lost_connection_then_reconnects),
+        cmocka_unit_test(silent_broker_times_out_then_recovers),
         cmocka_unit_test(pipelined_sends_keep_outcomes_apart),
         cmocka_unit_test(cut_with_sends_outstanding),
         cmocka_unit_test(bad_headers_fail_the_call_whole),
