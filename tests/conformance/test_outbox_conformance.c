@@ -546,6 +546,35 @@ static void bad_calls_get_einval(void **state)
     acemq_outbox_close(NULL);
 }
 
+/* An outbox that cannot be opened says why, and hands back no handle:
+ * SQLite without a file, with a parameter it does not know, in a directory
+ * that does not exist; PostgreSQL where no server listens. */
+static void unopenable_urls_say_why(void **state)
+{
+    outbox_fixture *f = *state;
+    acemq_outbox *h = NULL;
+    if (f->pg) {
+        assert_int_equal(acemq_outbox_open(&h, "postgres://acemq@127.0.0.1:1/acemq", &f->opts),
+                         ACEMQ_EIO);
+        assert_null(h);
+        assert_non_null(strstr(acemq_outbox_errmsg(NULL), "postgres: connecting"));
+        return;
+    }
+    assert_int_equal(acemq_outbox_open(&h, "sqlite:", &f->opts), ACEMQ_EURL);
+    assert_null(h);
+    assert_non_null(strstr(acemq_outbox_errmsg(NULL), "names no file"));
+    char url[1100];
+    snprintf(url, sizeof url, "%s?journal=off", f->url);
+    assert_int_equal(acemq_outbox_open(&h, url, &f->opts), ACEMQ_EURL);
+    assert_null(h);
+    assert_non_null(strstr(acemq_outbox_errmsg(NULL), "'journal'"));
+    const char *missing = "sqlite:/nonexistent-acemq-dir/sub/outbox.db";
+    assert_int_equal(acemq_outbox_open(&h, missing, &f->opts), ACEMQ_EIO);
+    assert_null(h);
+    assert_non_null(
+        strstr(acemq_outbox_errmsg(NULL), "opening /nonexistent-acemq-dir/sub/outbox.db"));
+}
+
 static void a_slow_writer_is_not_skipped(void **state)
 {
     /* The hazard of draining by "everything after the last id seen": a
@@ -873,6 +902,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(pending_counts_and_oldest_age, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_records_are_refused_and_write_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_calls_get_einval, setup, teardown),
+        cmocka_unit_test_setup_teardown(unopenable_urls_say_why, setup, teardown),
         cmocka_unit_test_setup_teardown(a_slow_writer_is_not_skipped, setup, teardown),
         cmocka_unit_test_setup_teardown(a_held_lock_costs_only_the_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(wait_wakes_on_a_commit, setup, teardown),
