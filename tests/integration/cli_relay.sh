@@ -112,6 +112,23 @@ check "unknown --synchronous: the choices named" grep -q 'full, normal or off' "
 check "unknown outbox URL: exit 1" test $? = 1
 "$acemq" outbox purge --outbox "$url" >/dev/null 2>&1
 check "purge without --older-than: exit 2" test $? = 2
+# Operator mistakes with `acemq outbox`: usage errors exit 2 and name the
+# mistake; an outbox that cannot be opened exits 1 and says why.
+outbox_usage() { # outbox_usage NAME EXPECTED-TEXT ARGS...: exit 2, the text on stderr
+    "$acemq" outbox "${@:3}" >/dev/null 2>"$tmp/usage.err"
+    local st=$?
+    check "outbox ${*:3}: exit 2" test "$st" = 2
+    check "outbox ${*:3}: says $1" grep -q -- "$2" "$tmp/usage.err"
+}
+outbox_usage "the subcommand" "unknown subcommand 'drain'" drain --outbox "$url"
+outbox_usage "the option" "unknown option '--force'" status --outbox "$url" --force
+outbox_usage "--outbox" "--outbox URL is required" status
+outbox_usage "the ids" "name at least one record id" retry --outbox "$url"
+outbox_usage "the argument" "unexpected argument 'extra'" status --outbox "$url" extra
+"$acemq" outbox status --outbox "sqlite:$tmp/no-such-dir/x.db" >/dev/null 2>"$tmp/open.err"
+check "status on an outbox that cannot be opened: exit 1" test $? = 1
+check "status on an outbox that cannot be opened: says why" \
+    grep -q "no-such-dir/x.db: sqlite: opening" "$tmp/open.err"
 check "relay --help has examples" sh -c "'$acemq' relay --help | grep -q Examples"
 check "outbox --help has examples" sh -c "'$acemq' outbox --help | grep -q Examples"
 
