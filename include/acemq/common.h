@@ -36,7 +36,8 @@ extern "C" {
     X(EURL, -12, "unrecognised or malformed URL")                                                  \
     X(ESCHEMA, -13, "database schema is newer than this library understands")                      \
     X(ERANGE, -14, "value out of range")                                                           \
-    X(EEXIST, -15, "an entry with this id already exists")
+    X(EEXIST, -15, "an entry with this id already exists")                                         \
+    X(EAUTH, -16, "the server refused the credentials or the virtual host")
 
 typedef enum acemq_errno {
     ACEMQ_OK = 0,

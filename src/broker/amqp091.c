@@ -186,6 +186,18 @@ static int open_channel(acemq_broker *b, amqp_self *s)
     return 0;
 }
 
+/* 1 when the broker closed the connection during login because it will
+ * not have this user, password or virtual host (403 ACCESS_REFUSED, 530
+ * NOT_ALLOWED): a setting to fix, where a network failure is worth a retry. */
+static int refused(amqp_rpc_reply_t r)
+{
+    if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION ||
+        r.reply.id != AMQP_CONNECTION_CLOSE_METHOD || !r.reply.decoded)
+        return 0;
+    const amqp_connection_close_t *m = r.reply.decoded;
+    return m->reply_code == AMQP_ACCESS_REFUSED || m->reply_code == AMQP_NOT_ALLOWED;
+}
+
 static int connect_now(acemq_broker *b, amqp_self *s)
 {
     char msg[480];
@@ -204,9 +216,14 @@ static int connect_now(acemq_broker *b, amqp_self *s)
     if (st != AMQP_STATUS_OK) {
         int e = errno;
         drop_connection(s);
+        /* A refused or unreachable connect reaches rabbitmq-c through
+         * SO_ERROR, which it does not pass on: errno is then still the
+         * non-blocking connect's EINPROGRESS, whose words ("Operation now in
+         * progress") would mislead whoever reads the log. */
+        const char *words = e == EINPROGRESS ? "refused or unreachable" : e ? strerror(e) : NULL;
         return acemq__broker_fail(b, ACEMQ_EIO, "amqp: cannot connect to %s:%d: %s%s%s%s", host,
-                                  port, amqp_error_string2(st), e ? " (" : "", e ? strerror(e) : "",
-                                  e ? ")" : "");
+                                  port, amqp_error_string2(st), words ? " (" : "",
+                                  words ? words : "", words ? ")" : "");
     }
     /* The handshake and every RPC after it (channel.open, confirm.select,
      * connection.close) give up after the connect timeout instead of
@@ -223,8 +240,9 @@ static int connect_now(acemq_broker *b, amqp_self *s)
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         describe_reply(msg, sizeof msg, "login", r);
         drop_connection(s);
-        return acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s@%s:%d vhost '%s': %s", s->info.user, host,
-                                  port, s->vhost, msg);
+        return acemq__broker_fail(b, refused(r) ? ACEMQ_EAUTH : ACEMQ_EIO,
+                                  "amqp: %s@%s:%d vhost '%s': %s", s->info.user, host, port,
+                                  s->vhost, msg);
     }
     int rc = open_channel(b, s);
     if (rc) drop_connection(s);

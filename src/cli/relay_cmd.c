@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "relay/logfmt.h"
 #include "relay/metrics.h"
 
 #define CMD "relay"
@@ -22,6 +24,39 @@ static void on_signal(int sig)
 {
     (void)sig;
     stop_requested = 1;
+}
+
+/* Sleeps ms, in slices, so that a signal ends the wait within 50 ms. */
+static void wait_ms(long ms)
+{
+    while (ms > 0 && !stop_requested) {
+        long slice = ms < 50 ? ms : 50;
+        struct timespec ts = {0, slice * 1000000L};
+        (void)nanosleep(&ts, NULL);
+        ms -= slice;
+    }
+}
+
+/* Opens the broker, waiting for it while it cannot be reached: a relay
+ * started with its broker, or before it, waits for it as it does for one
+ * that restarts later (100 ms, doubling to 10 s, a log line each time).
+ * A broker that refuses the user, password or virtual host (ACEMQ_EAUTH), or
+ * a bad URL, is a setting to fix: reported at once. ACEMQ_EIO with
+ * stop_requested set when a signal ended the wait. */
+static int open_broker(acemq_broker **b, const char *url, const acemq_broker_options *bo)
+{
+    long backoff_ms = 100;
+    for (;;) {
+        int rc = acemq_broker_open(b, url, bo);
+        if (rc != ACEMQ_EIO) return rc;
+        char retry[24];
+        (void)snprintf(retry, sizeof retry, "%ld", backoff_ms);
+        acemq__logfmt(stderr, "broker_unavailable", "error", acemq_broker_errmsg(NULL), "retry_ms",
+                      retry);
+        wait_ms(backoff_ms);
+        if (stop_requested) return rc;
+        backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
+    }
 }
 
 static void usage_line(FILE *f)
@@ -67,7 +102,8 @@ static void help(void)
           "Logs: one logfmt line per event on standard error (start, stop, failures,\n"
           "unknown outcomes, broker unavailable).\n"
           "Exit status: 0 stopped by a signal; 1 could not start (bad URL, no database,\n"
-          "no broker at start is NOT an error: it is retried); 2 usage error.\n"
+          "the broker refused the user, password or vhost); 2 usage error. A broker\n"
+          "that cannot be reached at start is waited for, not an error.\n"
           "\n"
           "Examples:\n"
           "  acemq relay --outbox sqlite:/var/lib/shop/shop.db \\\n"
@@ -207,10 +243,20 @@ int acemq__cli_relay(int argc, char **argv)
     acemq_outbox *ob = obs[0];
     ro.mark_outbox = obs[1];
     ro.claim_outbox = obs[2];
-    rc = acemq_broker_open(&b, broker_url, &bo);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGTERM, &sa, NULL);
+    (void)sigaction(SIGINT, &sa, NULL);
+    /* A consumer of our logs going away must not kill the relay mid-batch. */
+    (void)signal(SIGPIPE, SIG_IGN);
+    rc = open_broker(&b, broker_url, &bo);
     if (rc != 0) {
-        fprintf(stderr, "acemq relay: broker: %s\n", acemq_broker_errmsg(NULL));
         close_outboxes(obs, 3);
+        /* Stopped while waiting for the broker: nothing was claimed. */
+        if (rc == ACEMQ_EIO && stop_requested) return ACEMQ_CLI_OK;
+        fprintf(stderr, "acemq relay: broker: %s\n", acemq_broker_errmsg(NULL));
         return ACEMQ_CLI_FAIL;
     }
     rc = acemq_relay_new(&r, ob, b, &ro);
@@ -222,17 +268,7 @@ int acemq__cli_relay(int argc, char **argv)
         }
     }
     int status = ACEMQ_CLI_OK;
-    if (rc == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        (void)sigaction(SIGTERM, &sa, NULL);
-        (void)sigaction(SIGINT, &sa, NULL);
-        /* A consumer of our logs going away must not kill the relay mid-batch. */
-        (void)signal(SIGPIPE, SIG_IGN);
-        rc = acemq_relay_run(r, &stop_requested);
-    }
+    if (rc == 0) rc = acemq_relay_run(r, &stop_requested);
     if (rc != 0) {
         fprintf(stderr, "acemq relay: %s\n", r ? acemq_relay_errmsg(r) : acemq_strerror(rc));
         status = ACEMQ_CLI_FAIL;

@@ -39,6 +39,7 @@
 
 #include "acemq/relay.h"
 #include "relay/flight.h"
+#include "relay/logfmt.h"
 #include "relay/mark_job.h"
 
 const double acemq_relay_latency_bounds_ms[ACEMQ_RELAY_LATENCY_BUCKETS - 1] = {
@@ -75,46 +76,10 @@ static double mono_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* key=value pairs, values quoted when they hold a space, a quote or '='. */
-static void log_value(FILE *f, const char *v)
-{
-    if (!v) v = "";
-    if (!strpbrk(v, " \"=") && *v) {
-        fputs(v, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *v; v++) {
-        if (*v == '"' || *v == '\\') fputc('\\', f);
-        fputc(*v == '\n' ? ' ' : *v, f);
-    }
-    fputc('"', f);
-}
-
 static void log_event(acemq_relay *r, const char *event, const char *k1, const char *v1,
                       const char *k2, const char *v2)
 {
-    FILE *f = r->opts.log;
-    if (!f) return;
-    /* The marker thread logs too: one line is written under the stream's lock. */
-    flockfile(f);
-    time_t now = time(NULL);
-    struct tm tm;
-    char ts[32];
-    if (gmtime_r(&now, &tm) && strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm))
-        fprintf(f, "ts=%s ", ts);
-    fprintf(f, "event=%s", event);
-    if (k1) {
-        fprintf(f, " %s=", k1);
-        log_value(f, v1);
-    }
-    if (k2) {
-        fprintf(f, " %s=", k2);
-        log_value(f, v2);
-    }
-    fputc('\n', f);
-    fflush(f);
-    funlockfile(f);
+    acemq__logfmt(r->opts.log, event, k1, v1, k2, v2);
 }
 
 int acemq_relay_new(acemq_relay **out, acemq_outbox *ob, acemq_broker *b,

@@ -112,6 +112,23 @@ check "unknown --synchronous: the choices named" grep -q 'full, normal or off' "
 check "unknown outbox URL: exit 1" test $? = 1
 "$acemq" outbox purge --outbox "$url" >/dev/null 2>&1
 check "purge without --older-than: exit 2" test $? = 2
+# A broker nobody answers for at start (nothing listens on loopback port 1)
+# is waited for, not an error: the relay logs each attempt, keeps running,
+# and a SIGTERM during the wait ends it with status 0.
+"$acemq" relay --outbox "$url" --broker amqp://guest:guest@127.0.0.1:1/ 2>"$tmp/nobroker.log" &
+relay_pid=$!
+for _ in $(seq 1 500); do
+    grep -q 'event=broker_unavailable' "$tmp/nobroker.log" 2>/dev/null && break
+    sleep 0.02
+done
+check "no broker at start: logged" grep -q 'event=broker_unavailable .*refused or unreachable' "$tmp/nobroker.log"
+check "no broker at start: still running" kill -0 "$relay_pid"
+kill -TERM "$relay_pid"
+wait "$relay_pid"
+status=$?
+relay_pid=
+check "no broker at start: SIGTERM, exit 0" test "$status" = 0
+
 # Operator mistakes with `acemq outbox`: usage errors exit 2 and name the
 # mistake; an outbox that cannot be opened exits 1 and says why.
 outbox_usage() { # outbox_usage NAME EXPECTED-TEXT ARGS...: exit 2, the text on stderr

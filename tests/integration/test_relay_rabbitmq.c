@@ -184,7 +184,8 @@ static void forget_relay(pid_t pid)
         if (running[i] == pid) running[i] = 0;
 }
 
-static pid_t start_relay_on(const char *outbox_url, const char *lease, const char *confirm_timeout)
+static pid_t start_relay_with(const char *outbox_url, const char *broker_url, const char *lease,
+                              const char *confirm_timeout)
 {
     int slot = 0;
     while (slot < MAX_RELAYS && running[slot] != 0)
@@ -194,7 +195,7 @@ static pid_t start_relay_on(const char *outbox_url, const char *lease, const cha
     assert_true(pid >= 0);
     if (pid == 0) {
         if (!freopen(log_path, "a", stderr)) _exit(126);
-        execl(tool, tool, "relay", "--outbox", outbox_url, "--broker", amqp_url, "--batch", "100",
+        execl(tool, tool, "relay", "--outbox", outbox_url, "--broker", broker_url, "--batch", "100",
               "--poll", "0.05", "--lease", lease, "--confirm-timeout", confirm_timeout,
               (char *)NULL);
         _exit(127);
@@ -203,9 +204,41 @@ static pid_t start_relay_on(const char *outbox_url, const char *lease, const cha
     return pid;
 }
 
+static pid_t start_relay_on(const char *outbox_url, const char *lease, const char *confirm_timeout)
+{
+    return start_relay_with(outbox_url, amqp_url, lease, confirm_timeout);
+}
+
 static pid_t start_relay(outbox_fixture *f, const char *lease, const char *confirm_timeout)
 {
     return start_relay_on(f->url, lease, confirm_timeout);
+}
+
+/* Where the relays' log ends now: what a case's relays write comes after. */
+static long log_end(void)
+{
+    FILE *f = fopen(log_path, "r");
+    if (!f) return 0;
+    long end = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+    fclose(f);
+    return end < 0 ? 0 : end;
+}
+
+/* Waits (bounded) until the relays' log holds `text` after offset `from`. */
+static void wait_for_log(long from, const char *text, int max_seconds)
+{
+    for (long t = 0; t < max_seconds * 50L; t++) {
+        FILE *f = fopen(log_path, "r");
+        char line[2048];
+        int found = 0;
+        if (f && fseek(f, from, SEEK_SET) == 0)
+            while (!found && fgets(line, sizeof line, f))
+                found = strstr(line, text) != NULL;
+        if (f) fclose(f);
+        if (found) return;
+        pause_ms(20);
+    }
+    fail_msg("no '%s' in %s after %d s", text, log_path, max_seconds);
 }
 
 static int stop_relay(pid_t pid, int sig)
@@ -373,6 +406,52 @@ static void kill_9_loses_nothing(void **state)
     acemq_outbox_close(ob);
 }
 
+/* A relay started while its broker is down (started with it, or before
+ * it) waits for it, logging broker_unavailable, and publishes everything
+ * once it is up: the same as for a broker that goes away later. */
+static void relay_started_before_the_broker(void **state)
+{
+    outbox_fixture *f = *state;
+    enum { N = 1000 };
+    fill(f, N, 0, "");
+    acemq_outbox *ob = open_outbox(f);
+    broker("pause");
+    long from = log_end();
+    pid_t relay = start_relay(f, "30", "20");
+    wait_for_log(from, "event=broker_unavailable", 60);
+    assert_int_equal(waitpid(relay, NULL, WNOHANG), 0); /* still running */
+    assert_int_equal(pending(ob), N);
+    broker("resume");
+    wait_pending(ob, 0, 300);
+    long got = 0, dups = finish_and_count_duplicates(relay, N, &got);
+    assert_int_equal(dups, 0);
+    acemq_outbox_close(ob);
+}
+
+/* A broker that refuses the relay's user or password is a setting to fix,
+ * not an outage to wait out: the relay says so and exits 1 at once. */
+static void wrong_password_exits_at_once(void **state)
+{
+    outbox_fixture *f = *state;
+    const char *at = strchr(amqp_url, '@');
+    assert_non_null(at);
+    char bad[512];
+    snprintf(bad, sizeof bad, "amqp://guest:not-the-password%s", at);
+    long from = log_end();
+    pid_t relay = start_relay_with(f->url, bad, "30", "20");
+    int status = 0;
+    pid_t ended = 0;
+    for (int t = 0; t < 3000 && ended == 0; t++) {
+        ended = waitpid(relay, &status, WNOHANG);
+        if (ended == 0) pause_ms(20);
+    }
+    assert_int_equal(ended, relay); /* else teardown kills it */
+    forget_relay(relay);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    wait_for_log(from, "ACCESS_REFUSED", 10);
+}
+
 /* PostgreSQL only. The server ends all the relay's connections in the
  * middle of a run, as a restart, a failover or a network cut would. The
  * relay connects again, claims, marks and waits as before, and every
@@ -442,6 +521,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(broker_restart_loses_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(kill_9_loses_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(two_relays_share_the_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(relay_started_before_the_broker, setup, teardown),
+        cmocka_unit_test_setup_teardown(wrong_password_exits_at_once, setup, teardown),
     };
     const struct CMUnitTest postgres_tests[] = {
         cmocka_unit_test_setup_teardown(database_cut_loses_nothing, setup, teardown),
