@@ -239,10 +239,12 @@ static int connect_now(acemq_broker *b, amqp_self *s)
                                     AMQP_SASL_METHOD_PLAIN, s->info.user, s->info.password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         describe_reply(msg, sizeof msg, "login", r);
+        /* Read before the drop: the decoded reply lives in the connection's
+         * memory, which the drop frees. */
+        int code = refused(r) ? ACEMQ_EAUTH : ACEMQ_EIO;
         drop_connection(s);
-        return acemq__broker_fail(b, refused(r) ? ACEMQ_EAUTH : ACEMQ_EIO,
-                                  "amqp: %s@%s:%d vhost '%s': %s", s->info.user, host, port,
-                                  s->vhost, msg);
+        return acemq__broker_fail(b, code, "amqp: %s@%s:%d vhost '%s': %s", s->info.user, host,
+                                  port, s->vhost, msg);
     }
     int rc = open_channel(b, s);
     if (rc) drop_connection(s);
