@@ -250,11 +250,16 @@ static int stop_relay(pid_t pid, int sig)
     return status;
 }
 
+/* Set while a case has the broker paused, so that teardown resumes it
+ * when the case failed before it could: the cases after it need it. */
+static int broker_paused;
+
 static void broker(const char *action)
 {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s %s rabbitmq >/dev/null", services, action);
     if (system(cmd) != 0) fail_msg("%s", cmd);
+    broker_paused = strcmp(action, "pause") == 0;
 }
 
 /* Stops the relay with SIGTERM (it must exit 0), reads the queue and fails
@@ -292,6 +297,7 @@ static int teardown(void **state)
 {
     for (int i = 0; i < MAX_RELAYS; i++)
         if (running[i] != 0) (void)stop_relay(running[i], SIGKILL);
+    if (broker_paused) broker("resume");
     outbox_fixture_free(*state);
     free(*state);
     return 0;
