@@ -204,14 +204,9 @@ static pid_t start_relay_with(const char *outbox_url, const char *broker_url, co
     return pid;
 }
 
-static pid_t start_relay_on(const char *outbox_url, const char *lease, const char *confirm_timeout)
-{
-    return start_relay_with(outbox_url, amqp_url, lease, confirm_timeout);
-}
-
 static pid_t start_relay(outbox_fixture *f, const char *lease, const char *confirm_timeout)
 {
-    return start_relay_on(f->url, lease, confirm_timeout);
+    return start_relay_with(f->url, amqp_url, lease, confirm_timeout);
 }
 
 /* Where the relays' log ends now: what a case's relays write comes after. */
@@ -473,7 +468,7 @@ static void database_cut_loses_nothing(void **state)
     acemq_outbox *ob = open_outbox(f);
     char url[1200];
     outbox_fixture_tagged_url(f, "relay", url, sizeof url);
-    pid_t relay = start_relay_on(url, "3", "1");
+    pid_t relay = start_relay_with(url, amqp_url, "3", "1");
     wait_pending(ob, HALF - 1000, 300);
     long cut = outbox_fixture_cut(f, "relay");
     assert_true(cut >= 1);
