@@ -204,14 +204,21 @@ void outbox_fixture_tagged_url(outbox_fixture *f, const char *tag, char *out, si
 long outbox_fixture_cut(outbox_fixture *f, const char *tag)
 {
     if (!f->pg) fail("cutting connections is for PostgreSQL");
-    char where[256], sql[512];
-    snprintf(where, sizeof where, "FROM pg_stat_activity WHERE application_name = '%s_%s'",
+    /* The ended backends' pids, kept in a table of this session's: a client
+     * that reconnects at once comes back under the same tag, so the wait
+     * below follows the pids, not the tag. */
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "CREATE TEMP TABLE IF NOT EXISTS cut_pids(pid int); TRUNCATE cut_pids;"
+             " INSERT INTO cut_pids SELECT pid FROM pg_stat_activity"
+             " WHERE application_name = '%s_%s'",
              f->schema, tag);
-    snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) %s", where);
-    long cut = (long)outbox_scalar(f, sql);
+    outbox_sql(f, NULL, sql);
+    long cut = (long)outbox_scalar(f, "SELECT count(pg_terminate_backend(pid)) FROM cut_pids");
     /* pg_terminate_backend only signals: wait (bounded) for them to go. */
-    snprintf(sql, sizeof sql, "SELECT count(*) %s", where);
-    for (int i = 0; outbox_scalar(f, sql) > 0; i++) {
+    for (int i = 0; outbox_scalar(f, "SELECT count(*) FROM pg_stat_activity"
+                                     " WHERE pid IN (SELECT pid FROM cut_pids)") > 0;
+         i++) {
         if (i == 3000) fail("connections tagged %s still there after 30 s", tag);
         struct timespec ts = {0, 10000000L}; /* 10 ms */
         nanosleep(&ts, NULL);

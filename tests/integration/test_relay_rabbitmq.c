@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -194,6 +195,9 @@ static pid_t start_relay_with(const char *outbox_url, const char *broker_url, co
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* Dies with the suite, even one that aborts before its teardown:
+         * a relay left running would hold ctest's pipe open, and the run. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) _exit(125);
         if (!freopen(log_path, "a", stderr)) _exit(126);
         execl(tool, tool, "relay", "--outbox", outbox_url, "--broker", broker_url, "--batch", "100",
               "--poll", "0.05", "--lease", lease, "--confirm-timeout", confirm_timeout,
