@@ -23,7 +23,11 @@
 #define COUNT(h, field) ACEMQ__IDEM_COUNT(h, field, 1)
 
 static atomic_uint next_stripe;
-static _Thread_local unsigned this_stripe; /* stripe + 1; 0: not picked yet */
+/* stripe + 1; 0: not picked yet. initial-exec: read at a fixed offset from
+ * the thread pointer, where the default model for a shared library calls
+ * __tls_get_addr on every count (twice per claim and confirm). Four bytes
+ * fit the static TLS that glibc keeps for libraries loaded with dlopen. */
+static _Thread_local unsigned this_stripe __attribute__((tls_model("initial-exec")));
 
 unsigned acemq__counter_stripe(void)
 {
@@ -257,10 +261,15 @@ int acemq_idem_try_claim(acemq_idem *h, const void *id, size_t id_len, const ace
     acemq__bytes key;
     int rc = take_id(h, id, id_len, &key);
     if (rc != 0) return rc;
+    /* First, so that the read it starts overlaps the rest of this call. */
+    int hinted = h->methods->version >= 3 && h->methods->prefetch;
+    uint64_t hint = hinted ? h->methods->prefetch(h, &key) : 0;
     acemq__claim_args a;
     int64_t lease;
     rc = claim_args(h, opts, &a, &lease);
     if (rc != 0) return rc;
+    a.hint = hint;
+    a.has_hint = hinted;
     a.now_ms = now_ms(h);
     a.lease_until_ms = add_ms(a.now_ms, lease);
     rc = h->methods->try_claim(h, &key, &a, out);

@@ -14,8 +14,9 @@
 #include "acemq/idem.h"
 #include "core/url.h"
 
-/* 1: the first table. 2: try_claim_many appended (optional). */
-#define ACEMQ__IDEM_METHODS_VERSION 2
+/* 1: the first table. 2: try_claim_many appended (optional). 3: prefetch
+ * appended (optional). */
+#define ACEMQ__IDEM_METHODS_VERSION 3
 
 /* A checked, non-empty byte string no longer than its limit. */
 typedef struct acemq__bytes {
@@ -30,6 +31,9 @@ typedef struct acemq__claim_args {
     acemq__bytes fingerprint; /* len 0: none given */
     void *result_buf;
     size_t result_cap;
+    /* What the backend's prefetch returned for this id, when has_hint. */
+    uint64_t hint;
+    int has_hint;
 } acemq__claim_args;
 
 typedef struct acemq__idem_methods {
@@ -61,6 +65,13 @@ typedef struct acemq__idem_methods {
      * its status and out alone. Returns 0; per-id errors go in status[]. */
     int (*try_claim_many)(acemq_idem *h, size_t n, const acemq__bytes *ids,
                           const acemq__claim_args *a, acemq_claim *out, int *status);
+
+    /* Version 3, optional (NULL: not called). Called by try_claim on the
+     * checked id before the core's own work (options, clock, counters), so
+     * that a backend can start the memory read the claim will wait for and
+     * let that work overlap it. It must not block, lock or fail. Its return
+     * value comes back to try_claim in a->hint, with a->has_hint set. */
+    uint64_t (*prefetch)(acemq_idem *h, const acemq__bytes *id);
 } acemq__idem_methods;
 
 /* Counters are striped: each thread adds to its own stripe, picked once per
