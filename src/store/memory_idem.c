@@ -45,9 +45,15 @@
  *    free list, owning no memory of its own (no result, fingerprint or
  *    out-of-line id). Released entries go to the free list at once. So a
  *    shard never carves more than per_shard_max entries.
- *  - tokens come from the shard's counter, which only grows; an id always maps
- *    to the same shard, so its tokens grow with every claim and never repeat,
- *    even after its entry was released, evicted or forgotten.
+ *  - tokens come from the shard's counter, which only grows, shifted left by
+ *    the shard bits with the shard's index below: an id always maps to the
+ *    same shard, so its tokens grow with every claim and never repeat, even
+ *    after its entry was released, evicted or forgotten, and no two shards
+ *    hand out the same token.
+ *  - `latest` is the shard's most recent claim, or an entry that has since
+ *    gone (released, evicted, reused for another id), or NULL. It is only
+ *    trusted after checking token, state and id under the shard's lock; the
+ *    memory it names stays the shard's until close.
  *  - slots_hint and mask_hint follow slots and mask (stored under the lock
  *    whenever the table moves) and are read without the lock only to aim a
  *    prefetch. They may be stale, even name a freed array, so nothing ever
@@ -141,6 +147,9 @@ typedef struct shard {
     size_t mask; /* slots - 1; the slot count is a power of two, at most 3/4 full */
     size_t count;
     uint64_t next_token;
+    uint64_t index;       /* this shard's place in the store, the low bits of its tokens */
+    entry *latest;        /* the latest claim (see the invariants above) */
+    unsigned token_shift; /* the store's shard bits */
     entry_list claims, confirmed;
     entry *free_list; /* linked through next */
     chunk *chunks;    /* newest first; only the newest may have room left */
@@ -406,7 +415,8 @@ static int set_fingerprint(entry *e, const acemq__bytes *fp)
 static void grant(shard *s, entry *e, const acemq__claim_args *a, acemq_claim *out)
 {
     e->state = STATE_CLAIMED;
-    e->token = ++s->next_token;
+    e->token = (++s->next_token << s->token_shift) | s->index;
+    s->latest = e;
     e->lease_until = a->lease_until_ms;
     list_append(&s->claims, e);
     out->token = e->token;
@@ -593,6 +603,27 @@ static entry *fenced(shard *s, uint64_t hash, const acemq__bytes *id, uint64_t t
     return confirmed_ok && e->expires > now ? e : NULL;
 }
 
+/* The shard a token was handed out by (any shard for a token that is not
+ * one of ours; the lookup then finds nothing there). */
+static shard *shard_of_token(memory_store *m, uint64_t token)
+{
+    return &m->shards[token & (((uint64_t)1 << m->shard_bits) - 1)];
+}
+
+/* The commonest confirm follows its own claim: that claim is still its
+ * shard's latest, and the token names the shard, so it is found with no
+ * hash and no probe. The token, the state and every byte of the id are
+ * checked, so an entry that has gone since, or another id's, is never
+ * taken; NULL sends the caller to the lookup by id. Under s's lock. */
+static entry *latest_claim(const shard *s, const acemq__bytes *id, uint64_t token)
+{
+    entry *e = s->latest;
+    if (e && e->token == token && e->state == STATE_CLAIMED && e->id_len == id->len &&
+        acemq__same_bytes(entry_id(e), id->data, id->len))
+        return e;
+    return NULL;
+}
+
 static int stale(acemq_idem *h, const char *op)
 {
     return acemq__idem_fail(
@@ -603,8 +634,6 @@ static int mem_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
                        const acemq__bytes *result, int64_t now_ms, int64_t expires_ms)
 {
     memory_store *m = h->self;
-    uint64_t hash = hash_id(id);
-    shard *s = shard_for(m, hash);
     /* Allocated before the lock, used only if the entry needs them. */
     unsigned char *copy = NULL;
     extras *spare = NULL;
@@ -618,8 +647,19 @@ static int mem_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
         }
         memcpy(copy, result->data, result->len);
     }
+    shard *s = shard_of_token(m, token);
     acemq__shard_lock_take(&s->lock);
-    entry *e = fenced(s, hash, id, token, 1, now_ms);
+    entry *e = latest_claim(s, id, token);
+    if (!e) {
+        uint64_t hash = hash_id(id);
+        shard *home = shard_for(m, hash);
+        if (home != s) {
+            acemq__shard_lock_give(&s->lock);
+            s = home;
+            acemq__shard_lock_take(&s->lock);
+        }
+        e = fenced(s, hash, id, token, 1, now_ms);
+    }
     if (e) {
         list_remove(list_of(s, e), e);
         e->state = STATE_CONFIRMED;
@@ -778,6 +818,8 @@ static int allocate_slots(memory_store *m, size_t nshards, int presize)
         m->shards[i].slots = acemq__arena_alloc(&m->arena, want * sizeof(slot));
         if (!m->shards[i].slots) return ACEMQ_ENOMEM;
         m->shards[i].mask = want - 1;
+        m->shards[i].index = i;
+        m->shards[i].token_shift = m->shard_bits;
         set_hints(&m->shards[i]);
     }
     return 0;

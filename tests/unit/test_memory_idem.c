@@ -291,6 +291,68 @@ static void batch_across_growth(void **state)
     close_fixture(f);
 }
 
+/* A confirm right after its claim is found through the shard's latest
+ * claim, not by hashing the id: that shortcut must take only the claim the
+ * token and the id both name. Tokens name their shard and are unique across
+ * the store. */
+static void a_confirm_takes_only_its_own_claim(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=65536");
+    acemq_claim a, b, probe;
+    /* Another id, same length, with the latest claim's token. */
+    assert_int_equal(acemq_idem_try_claim(f->store, "order-alpha", 11, NULL, &a), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm(f->store, "order-alphb", 11, a.token), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, "order-alpha", 11), 0);
+    assert_int_equal(acemq_idem_try_claim(f->store, "order-alpha", 11, NULL, &probe),
+                     ACEMQ_IN_PROGRESS);
+    /* The right id with a token one off. */
+    assert_int_equal(acemq_idem_confirm(f->store, "order-alpha", 11, a.token + 1), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_confirm(f->store, "order-alpha", 11, a.token), 0);
+    /* Twice is not an error, and leaves one confirmed record. */
+    assert_int_equal(acemq_idem_confirm(f->store, "order-alpha", 11, a.token), 0);
+    /* Past its retention the record is forgotten: its token confirms
+     * nothing, though the record is still the shard's latest claim. */
+    acemq_claim old;
+    assert_int_equal(acemq_idem_try_claim(f->store, "order-omega", 11, NULL, &old), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm(f->store, "order-omega", 11, old.token), 0);
+    acemq_manual_clock_advance(f->clock, 61000); /* past the 60 s retention */
+    assert_int_equal(acemq_idem_confirm(f->store, "order-omega", 11, old.token), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, "order-omega", 11), 0);
+    /* A released claim whose record went to the next claim of the shard. */
+    assert_int_equal(acemq_idem_try_claim(f->store, "order-gamma", 11, NULL, &b), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_release(f->store, "order-gamma", 11, b.token), 0);
+    assert_int_equal(acemq_idem_confirm(f->store, "order-gamma", 11, b.token), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, "order-gamma", 11), 0);
+    /* A taken-over claim: the old holder's token no longer confirms. */
+    assert_int_equal(acemq_idem_try_claim(f->store, "order-delta", 11, NULL, &b), ACEMQ_CLAIMED);
+    acemq_manual_clock_advance(f->clock, 2000); /* past the 1 s lease */
+    assert_int_equal(acemq_idem_try_claim(f->store, "order-delta", 11, NULL, &probe),
+                     ACEMQ_CLAIMED);
+    assert_true(probe.token > b.token);
+    assert_int_equal(acemq_idem_confirm(f->store, "order-delta", 11, b.token), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_confirm(f->store, "order-delta", 11, probe.token), 0);
+    /* Tokens differ across the store (64 shards here), not only per id. */
+    enum { N = 2000 };
+    static uint64_t tokens[N];
+    for (int i = 0; i < N; i++) {
+        acemq_claim c;
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+        tokens[i] = c.token;
+        if (i % 2) assert_int_equal(confirm_n(f, i, c.token), 0);
+    }
+    for (int i = 1; i < N; i++)
+        for (int j = 0; j < i; j++)
+            assert_true(tokens[i] != tokens[j]);
+    /* The even ones, confirmed out of claim order, each by its own token. */
+    for (int i = N - 2; i >= 0; i -= 2)
+        assert_int_equal(confirm_n(f, i, tokens[i]), 0);
+    acemq_idem_stats st;
+    assert_int_equal(acemq_idem_stats_get(f->store, &st), 0);
+    assert_int_equal(st.confirms, 2 + 1 + 1 + N);
+    close_fixture(f);
+}
+
 static void url_errors(void **state)
 {
     (void)state;
@@ -316,6 +378,7 @@ int main(void)
         cmocka_unit_test(reused_records_start_clean),
         cmocka_unit_test(batch_on_a_full_store),
         cmocka_unit_test(batch_across_growth),
+        cmocka_unit_test(a_confirm_takes_only_its_own_claim),
         cmocka_unit_test(url_errors),
     };
     return cmocka_run_group_tests_name("memory idem", tests, NULL, NULL);

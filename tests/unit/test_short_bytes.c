@@ -17,7 +17,7 @@ enum { LONGEST = 40, GUARD = 16 };
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {
     for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)(seed * 31u + i * 7u + 1u);
+        p[i] = (unsigned char)((size_t)seed * 31u + i * 7u + 1u);
 }
 
 static void equal_only_when_every_byte_is(void **state)
