@@ -21,7 +21,10 @@ check() { # check NAME COMMAND...: runs the command, counts a failure
 
 db=$tmp/shop.db
 url=sqlite:$db
-port=$((20000 + $$ % 20000))
+# Below the kernel's ephemeral ports (32768 and up here), where any client
+# connection of a test running beside this one may hold a port; start_relay
+# still moves on when the port it tried is taken.
+port=${ACEMQ_TEST_PORT_BASE:-$((20000 + $$ % 10000))}
 
 # The schema comes from the library; rows come from plain SQL, as from any language.
 check "status on a new outbox" sh -c "'$acemq' outbox status --outbox '$url' | grep -qx 'unclaimed 0'"
@@ -32,16 +35,44 @@ sqlite3 "$db" "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WH
   VALUES ('lost-1', 'nowhere', 'x', x'00'), ('lost-2', 'nowhere', 'x', x'00');"
 check "status counts the rows" sh -c "'$acemq' outbox status --outbox '$url' | grep -qx 'unclaimed 52'"
 
-"$acemq" relay --outbox "$url" --broker "memory:cli?unroutable=nowhere" --poll 0.05 \
-    --synchronous normal --metrics "127.0.0.1:$port" -v 2>"$tmp/relay.log" &
-relay_pid=$!
-
 metrics() {
     exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
     printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
-    cat <&3 >"$tmp/metrics.txt"
+    # Bounded: a program other than the relay may hold the port and never answer.
+    timeout 5 cat <&3 >"$tmp/metrics.txt"
+    local rc=$?
     exec 3<&-
+    return $rc
 }
+
+# start_relay LOG ARGS...: `acemq relay ARGS... --metrics 127.0.0.1:PORT` in
+# the background, its log in LOG, relay_pid set, once its /metrics answers.
+# A relay that exits because the port is taken is started again on the next
+# one (a few tries); anything else is left to the checks.
+start_relay() {
+    local log=$1
+    shift
+    for _ in 1 2 3 4 5 6 7 8; do
+        port=$((port + 1))
+        "$acemq" relay "$@" --metrics "127.0.0.1:$port" 2>"$log" &
+        relay_pid=$!
+        for _ in $(seq 1 600); do
+            # Ours only: another program may be the one listening there.
+            if metrics 2>/dev/null && grep -q '^# TYPE acemq_relay' "$tmp/metrics.txt"; then
+                return 0
+            fi
+            kill -0 "$relay_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        grep -q 'cannot listen' "$log" || return 1
+        wait "$relay_pid" 2>/dev/null
+        relay_pid=
+    done
+    return 1
+}
+
+start_relay "$tmp/relay.log" --outbox "$url" --broker "memory:cli?unroutable=nowhere" --poll 0.05 \
+    --synchronous normal -v
 published=0
 for _ in $(seq 1 600); do
     if metrics 2>/dev/null; then
@@ -81,10 +112,8 @@ db2=$tmp/deleting.db
 sqlite3 "$db2" "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20)
   INSERT INTO acemq_outbox(id, destination, routing_key, body)
   SELECT printf('gone-%02d', i), 'orders', 'order.created', CAST('{}' AS BLOB) FROM g;"
-port=$((port + 1))
-"$acemq" relay --outbox "sqlite:$db2" --broker memory:deleting --poll 0.05 --delete-published \
-    --metrics "127.0.0.1:$port" 2>"$tmp/relay2.log" &
-relay_pid=$!
+start_relay "$tmp/relay2.log" --outbox "sqlite:$db2" --broker memory:deleting --poll 0.05 \
+    --delete-published
 published=0
 for _ in $(seq 1 600); do
     if metrics 2>/dev/null; then
