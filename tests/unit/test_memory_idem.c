@@ -319,7 +319,7 @@ static void a_confirm_takes_only_its_own_claim(void **state)
     acemq_manual_clock_advance(f->clock, 61000); /* past the 60 s retention */
     assert_int_equal(acemq_idem_confirm(f->store, "order-omega", 11, old.token), ACEMQ_ESTALE);
     assert_int_equal(acemq_idem_is_confirmed(f->store, "order-omega", 11), 0);
-    /* A released claim whose record went to the next claim of the shard. */
+    /* A released claim: its record is back on the free list, its token void. */
     assert_int_equal(acemq_idem_try_claim(f->store, "order-gamma", 11, NULL, &b), ACEMQ_CLAIMED);
     assert_int_equal(acemq_idem_release(f->store, "order-gamma", 11, b.token), 0);
     assert_int_equal(acemq_idem_confirm(f->store, "order-gamma", 11, b.token), ACEMQ_ESTALE);
