@@ -13,6 +13,7 @@
 #include <string.h>
 #include "acemq/audit.h"
 #include "core/dlist.h"
+#include "core/short_bytes.h"
 
 /* ---- window.c: one producer's sliding window of seen sequences ---- */
 
@@ -143,34 +144,11 @@ void acemq__lru_destroy(acemq__lru *l, void (*drop)(void *payload));
 /* The entry for key, made the most recent; NULL when absent. */
 acemq__lru_entry *acemq__lru_find(acemq__lru *l, uint64_t hash, const void *key, size_t len);
 
-static inline uint64_t acemq__lru_word(const unsigned char *p)
-{
-    uint64_t x;
-    memcpy(&x, p, 8);
-    return x;
-}
-
-/* Keys are short: compared eight bytes at a time, inline, with no call on
- * the check path. A key of 8 bytes or more ends with one word that overlaps
- * the last full one, so no byte loop (a branch per byte) is left over. */
-static inline int acemq__lru_same_key(const unsigned char *a, const unsigned char *b, size_t n)
-{
-    if (n >= 8) {
-        size_t last = n - 8;
-        for (size_t i = 0; i < last; i += 8)
-            if (acemq__lru_word(a + i) != acemq__lru_word(b + i)) return 0;
-        return acemq__lru_word(a + last) == acemq__lru_word(b + last);
-    }
-    for (; n > 0; n--)
-        if (*a++ != *b++) return 0;
-    return 1;
-}
-
 static inline int acemq__lru_matches(acemq__lru_entry *e, uint64_t hash, const void *key,
                                      size_t len)
 {
     return e->hash == hash && e->key_len == len &&
-           acemq__lru_same_key(acemq__lru_key(e), (const unsigned char *)key, len);
+           acemq__same_bytes(acemq__lru_key(e), (const unsigned char *)key, len);
 }
 
 /* Makes e the most recent entry; nothing to do when it already is. */

@@ -18,13 +18,6 @@
 #include <emmintrin.h>
 #endif
 
-static inline uint64_t word_at(const unsigned char *p)
-{
-    uint64_t x;
-    memcpy(&x, p, 8);
-    return x;
-}
-
 /* Multiplies to 128 bits and folds the halves: every bit of both inputs
  * reaches the middle of the product (wyhash's mix). */
 static inline uint64_t fold_mul(uint64_t a, uint64_t b)
@@ -65,14 +58,14 @@ static inline __attribute__((always_inline)) uint64_t key_hash_in(int cls, const
 {
     uint64_t h;
     if (cls == KEY_9_16)
-        h = fold_mul(word_at(k) ^ K0, word_at(k + n - 8) ^ K1 ^ n);
+        h = fold_mul(acemq__load8(k) ^ K0, acemq__load8(k + n - 8) ^ K1 ^ n);
     else if (cls == KEY_17_32)
         /* The four words folded to two by xor, then one multiplication: a
          * byte lies in one word, or in two that land in different halves
          * (bytes 8-15 of w1 overlapping the start of w2), or at different
          * lanes of one half, so no single changed byte cancels out. */
-        h = fold_mul(word_at(k) ^ word_at(k + n - 16) ^ K0,
-                     word_at(k + 8) ^ word_at(k + n - 8) ^ K1 ^ n);
+        h = fold_mul(acemq__load8(k) ^ acemq__load8(k + n - 16) ^ K0,
+                     acemq__load8(k + 8) ^ acemq__load8(k + n - 8) ^ K1 ^ n);
     else
         h = XXH3_64bits(k, n);
     return h;
@@ -103,7 +96,8 @@ static inline __attribute__((always_inline)) int same_key(int cls, const unsigne
                                                           const unsigned char *b, size_t n)
 {
     if (cls == KEY_9_16)
-        return ((word_at(a) ^ word_at(b)) | (word_at(a + n - 8) ^ word_at(b + n - 8))) == 0;
+        return ((acemq__load8(a) ^ acemq__load8(b)) |
+                (acemq__load8(a + n - 8) ^ acemq__load8(b + n - 8))) == 0;
     if (cls == KEY_17_32) {
 #if defined(__SSE2__)
         /* Two overlapping 16-byte compares (SSE2 is part of x86-64, so no
@@ -117,12 +111,12 @@ static inline __attribute__((always_inline)) int same_key(int cls, const unsigne
                                     _mm_loadu_si128((const __m128i *)(const void *)(b + n - 16)));
         return _mm_movemask_epi8(_mm_and_si128(e0, e1)) == 0xFFFF;
 #else
-        return ((word_at(a) ^ word_at(b)) | (word_at(a + 8) ^ word_at(b + 8)) |
-                (word_at(a + n - 16) ^ word_at(b + n - 16)) |
-                (word_at(a + n - 8) ^ word_at(b + n - 8))) == 0;
+        return ((acemq__load8(a) ^ acemq__load8(b)) | (acemq__load8(a + 8) ^ acemq__load8(b + 8)) |
+                (acemq__load8(a + n - 16) ^ acemq__load8(b + n - 16)) |
+                (acemq__load8(a + n - 8) ^ acemq__load8(b + n - 8))) == 0;
 #endif
     }
-    return acemq__lru_same_key(a, b, n); /* the other classes: as the LRU compares */
+    return acemq__same_bytes(a, b, n); /* the other classes: a word at a time */
 }
 
 #endif

@@ -69,9 +69,9 @@
 
 #include "core/dlist.h"
 #include "core/shard_lock.h"
+#include "core/short_bytes.h"
 #include "idem/idem_backend.h"
 #include "store/memory_arena.h"
-#include "store/short_bytes.h"
 
 enum { STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 

@@ -1,6 +1,7 @@
-/* test_short_bytes.c — the memory store's inline comparison and copy of ids
- * (src/store/short_bytes.h), for every length on both sides of the word
- * path (8 to 24 bytes) and a difference at every position. The store only
+/* test_short_bytes.c — the inline comparison and copy of short byte strings
+ * (src/core/short_bytes.h: the memory store's ids, the audit's producer
+ * keys), for every length on both sides of the word paths (8 bytes and up,
+ * 8 to 24 for the copy) and a difference at every position. The store only
  * compares ids whose hashes are equal, so its own tests cannot reach a
  * false "equal" here; these can. */
 #include <setjmp.h>
@@ -10,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "store/short_bytes.h"
+#include "core/short_bytes.h"
 
 enum { LONGEST = 40, GUARD = 16 };
 
