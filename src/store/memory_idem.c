@@ -147,9 +147,7 @@ typedef struct shard {
     size_t mask; /* slots - 1; the slot count is a power of two, at most 3/4 full */
     size_t count;
     uint64_t next_token;
-    uint64_t index;       /* this shard's place in the store, the low bits of its tokens */
-    entry *latest;        /* the latest claim (see the invariants above) */
-    unsigned token_shift; /* the store's shard bits */
+    entry *latest; /* the latest claim (see the invariants above) */
     entry_list claims, confirmed;
     entry *free_list; /* linked through next */
     chunk *chunks;    /* newest first; only the newest may have room left */
@@ -412,10 +410,11 @@ static int set_fingerprint(entry *e, const acemq__bytes *fp)
     return 0;
 }
 
-static void grant(shard *s, entry *e, const acemq__claim_args *a, acemq_claim *out)
+static void grant(const memory_store *m, shard *s, entry *e, const acemq__claim_args *a,
+                  acemq_claim *out)
 {
     e->state = STATE_CLAIMED;
-    e->token = (++s->next_token << s->token_shift) | s->index;
+    e->token = (++s->next_token << m->shard_bits) | (uint64_t)(s - m->shards);
     s->latest = e;
     e->lease_until = a->lease_until_ms;
     list_append(&s->claims, e);
@@ -425,7 +424,8 @@ static void grant(shard *s, entry *e, const acemq__claim_args *a, acemq_claim *o
 
 /* Turns an existing entry into a fresh claim: a forgotten confirmation (which
  * keeps nothing of its past, fingerprint included) or an expired lease. */
-static int reclaim(shard *s, entry *e, int forgotten, const acemq__claim_args *a, acemq_claim *out)
+static int reclaim(const memory_store *m, shard *s, entry *e, int forgotten,
+                   const acemq__claim_args *a, acemq_claim *out)
 {
     if (forgotten) clear_extras(e);
     int rc = set_fingerprint(e, &a->fingerprint);
@@ -436,7 +436,7 @@ static int reclaim(shard *s, entry *e, int forgotten, const acemq__claim_args *a
         e->more->result = NULL;
         e->more->result_len = 0;
     }
-    grant(s, e, a, out);
+    grant(m, s, e, a, out);
     return ACEMQ_CLAIMED;
 }
 
@@ -500,7 +500,7 @@ static int claim_new(acemq_idem *h, memory_store *m, shard *s, slot *sl, uint64_
     sl->hash = hash;
     sl->e = e;
     s->count++;
-    grant(s, e, a, out);
+    grant(m, s, e, a, out);
     return ACEMQ_CLAIMED;
 }
 
@@ -531,7 +531,7 @@ static int decide_existing(acemq_idem *h, shard *s, entry *e, const acemq__claim
             return ACEMQ_IN_PROGRESS;
         }
     }
-    int rc = reclaim(s, e, forgotten, a, out);
+    int rc = reclaim(h->self, s, e, forgotten, a, out);
     if (rc != ACEMQ_CLAIMED) return acemq__idem_fail(h, rc, "memory store: out of memory");
     out->takeover = !forgotten;
     return rc;
@@ -818,8 +818,6 @@ static int allocate_slots(memory_store *m, size_t nshards, int presize)
         m->shards[i].slots = acemq__arena_alloc(&m->arena, want * sizeof(slot));
         if (!m->shards[i].slots) return ACEMQ_ENOMEM;
         m->shards[i].mask = want - 1;
-        m->shards[i].index = i;
-        m->shards[i].token_shift = m->shard_bits;
         set_hints(&m->shards[i]);
     }
     return 0;
