@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/pause.h"
 #include "relay/logfmt.h"
 #include "relay/metrics.h"
 
@@ -26,15 +26,10 @@ static void on_signal(int sig)
     stop_requested = 1;
 }
 
-/* Sleeps ms, in slices, so that a signal ends the wait within 50 ms. */
-static void wait_ms(long ms)
+static int signalled(void *ctx)
 {
-    while (ms > 0 && !stop_requested) {
-        long slice = ms < 50 ? ms : 50;
-        struct timespec ts = {0, slice * 1000000L};
-        (void)nanosleep(&ts, NULL);
-        ms -= slice;
-    }
+    (void)ctx;
+    return stop_requested != 0;
 }
 
 /* Opens the broker, waiting for it while it cannot be reached: a relay
@@ -53,8 +48,7 @@ static int open_broker(acemq_broker **b, const char *url, const acemq_broker_opt
         (void)snprintf(retry, sizeof retry, "%ld", backoff_ms);
         acemq__logfmt(stderr, "broker_unavailable", "error", acemq_broker_errmsg(NULL), "retry_ms",
                       retry);
-        wait_ms(backoff_ms);
-        if (stop_requested) return rc;
+        if (acemq__pause_ms(backoff_ms, signalled, NULL)) return rc;
         backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
     }
 }

@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "acemq/relay.h"
+#include "core/pause.h"
 #include "relay/flight.h"
 #include "relay/logfmt.h"
 #include "relay/mark_job.h"
@@ -598,15 +599,22 @@ static int stopping(acemq_relay *r, volatile sig_atomic_t *stop)
     return *stop || atomic_load(&r->stop_requested);
 }
 
+/* What stopping() needs, for acemq__pause_ms. */
+typedef struct stop_watch {
+    acemq_relay *r;
+    volatile sig_atomic_t *stop;
+} stop_watch;
+
+static int stop_watched(void *ctx)
+{
+    const stop_watch *w = ctx;
+    return stopping(w->r, w->stop);
+}
+
 static void pause_ms(acemq_relay *r, int ms, volatile sig_atomic_t *stop)
 {
-    /* In short slices, so a stop request is seen within 50 ms. */
-    while (ms > 0 && !stopping(r, stop)) {
-        int slice = ms < 50 ? ms : 50;
-        struct timespec ts = {0, (long)slice * 1000000L};
-        (void)nanosleep(&ts, NULL);
-        ms -= slice;
-    }
+    stop_watch w = {r, stop};
+    (void)acemq__pause_ms(ms, stop_watched, &w);
 }
 
 int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
