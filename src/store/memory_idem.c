@@ -1,34 +1,40 @@
 /* memory_idem.c — the in-process idempotency store: a sharded hash table.
  *
- * Each shard is an independent hash table behind its own mutex, chosen by the
+ * Each shard is an independent hash table behind its own lock, chosen by the
  * top bits of the id's XXH3 hash, so threads working on different ids rarely
  * meet on one lock. A shard's table is open-addressed (linear probing) over
- * slots that hold the full hash beside the entry pointer: a lookup of a new id,
- * the common case, reads one run of slots and touches no entry at all. That
- * read is most of a claim's cost once the table outgrows the caches. Tables
- * start small and double, so a store that never fills never pays for its
- * max_entries. With presize=1 they start sized for max_entries (some 32
- * bytes per entry, all of it resident soon after the first claims, since
- * ids hash all over the table) and never double: no rehash, and no
- * outgrown tables to fill and zero, which over a million new ids costs as
- * much as the table itself (measured: 40-70% more pairs per second in
- * batches).
+ * two arrays: tags, one byte a slot (0 empty, else 7 bits of the hash), and
+ * slots, 8 bytes a slot (32 bits of the hash and the record's index). A
+ * lookup reads tags and opens a slot only where the tag matches, so a new
+ * id, the common case, reads one byte and touches no slot and no entry.
+ * That read is most of a claim's cost once the table outgrows the caches,
+ * and a tag array is small enough to stay in a cache the 16-byte slots
+ * (hash and pointer) it replaced did not fit. Tables start small and
+ * double, so a store that never fills never pays for its max_entries. With
+ * presize=1 they start sized for max_entries (12 to 24 bytes per entry, all
+ * of it resident soon after the first claims, since ids hash all over the
+ * table) and never double: no rehash, and no outgrown tables to fill and
+ * zero, which over a million new ids costs as much as the table itself
+ * (measured: 40-70% more pairs per second in batches).
  *
- * Slabs and tables come from the store's arena (memory_arena.h), in
- * transparent huge pages once it is big: a million ids fault in some 100
- * 2 MiB pages instead of 25,000 small ones, and a probe of a big table does
- * not miss the TLB.
+ * A new id's slot is not written by its claim but by the shard's next
+ * operation that reads slots (flush_pending): see there for why.
+ *
+ * Tables come from the store's arena (memory_arena.h), records from its
+ * region (memory_records.h), both in transparent huge pages once they are
+ * big: a million ids fault in some fifty 2 MiB pages instead of 20,000
+ * small ones, and a probe of a big table does not miss the TLB.
  *
  * Since one call cannot hide that read, try_claim_many() takes a batch: it
  * hashes every id and prefetches its slot first, so the reads overlap, then
  * claims the ids one by one, in order, exactly as try_claim() would.
  *
- * Entries are fixed-size records (one cache line) carved from per-shard
- * slabs, with the id inside the record when it is at most ID_INLINE bytes: a
- * claim of a new id costs no malloc, and entries claimed one after the other
- * sit next to each other. Records that go (released, evicted, purged) wait on
- * the shard's free list for the next claim; the slabs go at close, with the
- * arena.
+ * Entries are fixed-size records (one cache line) that each shard takes
+ * from the region in runs, with the id inside the record when it is at most
+ * ID_INLINE bytes: a claim of a new id costs no malloc, and entries claimed
+ * one after the other sit next to each other. Records that go (released,
+ * evicted, purged) wait on the shard's free list for the next claim; the
+ * region goes at close.
  *
  * Bounded: each shard keeps at most its share of max_entries. When a shard is
  * full, room is made by dropping, in this order, the oldest confirmed record
@@ -38,13 +44,13 @@
  * the claim fails with ACEMQ_EFULL.
  *
  * Invariants a reader must keep:
- *  - every entry carved from a shard's slabs is either live, in its shard's
- *    slot table and in exactly one of the two lists, `confirmed` (state
+ *  - every entry a shard took from the region is either live, in its
+ *    shard's table and in exactly one of the two lists, `confirmed` (state
  *    CONFIRMED, in confirm order, so with one retention the head expires
  *    first) or `claims` (state CLAIMED, in claim order), or on the shard's
  *    free list, owning no memory of its own (no result, fingerprint or
  *    out-of-line id). Released entries go to the free list at once. So a
- *    shard never carves more than per_shard_max entries.
+ *    shard never takes more than per_shard_max entries.
  *  - tokens come from the shard's counter, which only grows, shifted left by
  *    the shard bits with the shard's index below: an id always maps to the
  *    same shard, so its tokens grow with every claim and never repeat, even
@@ -54,10 +60,13 @@
  *    gone (released, evicted, reused for another id), or NULL. It is only
  *    trusted after checking token, state and id under the shard's lock; the
  *    memory it names stays the shard's until close.
- *  - slots_hint and mask_hint follow slots and mask (stored under the lock
- *    whenever the table moves) and are read without the lock only to aim a
- *    prefetch. They may be stale, even name a freed array, so nothing ever
- *    loads through them: a prefetch cannot fault.
+ *  - outside the lock, at most one slot of a shard is stale: the one at
+ *    pending_at, whose tag is already set and whose content is `pending`.
+ *    Whatever reads slots calls flush_pending first.
+ *  - tags_hint, slots_hint and mask_hint follow tags, slots and mask (stored
+ *    under the lock whenever the table moves) and are read without the lock
+ *    only to aim a prefetch. They may be stale, even name a freed array, so
+ *    nothing ever loads through them: a prefetch cannot fault.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -72,6 +81,7 @@
 #include "core/short_bytes.h"
 #include "idem/idem_backend.h"
 #include "store/memory_arena.h"
+#include "store/memory_records.h"
 
 enum { STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 
@@ -85,11 +95,12 @@ enum { STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
  * keys, "order-00000042") live in it, longer ones in a buffer of their own
  * whose address is kept, unaligned, in the same bytes. */
 #define ID_INLINE 21
-/* Slab chunks double from CHUNK_MIN entries (4 KiB) up to CHUNK_MAX (64 KiB):
- * few allocations for a big store, little memory carved ahead of need in a
- * small one (a shard never carves past its share of max_entries). */
-#define CHUNK_MIN 64
-#define CHUNK_MAX 1024
+/* A shard takes records from the region in runs that double from RUN_MIN
+ * (4 KiB) up to RUN_MAX (64 KiB): few trips to the region's lock for a big
+ * store, little memory taken ahead of need in a small one (a shard never
+ * takes past its share of max_entries). */
+#define RUN_MIN 64
+#define RUN_MAX 1024
 /* Ids hashed and prefetched ahead of their claims in try_claim_many: enough
  * reads in flight to cover one DRAM latency, few enough that the first
  * prefetched slots are still in L1 when their claims come. */
@@ -121,38 +132,49 @@ typedef struct entry {
 _Static_assert(sizeof(entry) == 64, "an entry is one cache line");
 _Static_assert(ACEMQ_IDEM_ID_MAX <= UINT16_MAX, "id_len holds every id length");
 
-/* Slab memory: entries[] starts on a cache line, as the chunk does. */
-typedef struct chunk {
-    struct chunk *next;
-    size_t used, cap; /* entries carved so far, and room for */
-    char pad[40];
-    entry entries[];
-} chunk;
-
-_Static_assert(offsetof(chunk, entries) == 64, "slab entries are cache-line aligned");
+_Static_assert(sizeof(entry) == ACEMQ__RECORD_SIZE, "an entry is one of the region's records");
 
 typedef struct entry_list {
     entry *head, *tail;
 } entry_list;
 
-/* e == NULL marks an empty slot. */
+/* A taken slot's other half (its tag is in the tag array): the low 32 bits
+ * of the id's hash, which place it in a table of any size a shard can have
+ * (at most 2^31 slots), and the index of its record in the region. */
 typedef struct slot {
-    uint64_t hash;
-    entry *e;
+    uint32_t hash;
+    uint32_t index;
 } slot;
+
+/* A taken slot's tag: 7 bits of the hash that neither the slot's place (the
+ * low bits) nor the shard (the top bits) uses, with the top bit set, so 0
+ * marks an empty slot. A lookup compares a slot's record only when its tag
+ * and its 32 bits of hash match: one slot in 128 that is not the id's gets
+ * past the tag. */
+static inline uint8_t tag_of(uint64_t hash)
+{
+    return (uint8_t)(0x80u | ((hash >> 40) & 0x7Fu));
+}
 
 typedef struct shard {
     acemq__shard_lock lock;
-    slot *slots;
-    size_t mask; /* slots - 1; the slot count is a power of two, at most 3/4 full */
+    uint8_t *tags; /* per slot: 0 empty, else tag_of(hash) */
+    slot *slots;   /* per slot: the rest, meaningful where the tag is not 0 */
+    size_t mask;   /* slots - 1; the slot count is a power of two, at most 3/4 full */
     size_t count;
     uint64_t next_token;
     entry *latest; /* the latest claim (see the invariants above) */
     entry_list claims, confirmed;
-    entry *free_list; /* linked through next */
-    chunk *chunks;    /* newest first; only the newest may have room left */
-    size_t carved;    /* entries in all chunks, carved or not: at most per_shard_max */
+    /* The latest new id's slot, written to `slots` only by the shard's next
+     * operation that reads slots (see flush_pending): slots[pending_at] is
+     * stale until then. NO_PENDING when there is none. */
+    size_t pending_at;
+    slot pending;
+    entry *free_list;         /* linked through next */
+    entry *carve, *carve_end; /* the shard's current run of records, not yet used */
+    size_t carved;            /* records in all its runs, used or not: at most per_shard_max */
     /* Read without the lock, for prefetch only: see the invariants above. */
+    _Atomic(uintptr_t) tags_hint;
     _Atomic(uintptr_t) slots_hint;
     atomic_size_t mask_hint;
     /* Pads shards apart so two threads on neighbouring shards do not share a
@@ -161,7 +183,8 @@ typedef struct shard {
 } shard;
 
 typedef struct memory_store {
-    acemq__arena arena; /* every slab chunk and slot table */
+    acemq__arena arena;     /* every tag array and slot table */
+    acemq__records records; /* every entry */
     shard *shards;
     unsigned shard_bits;
     size_t per_shard_max;
@@ -206,25 +229,59 @@ static shard *shard_for(memory_store *m, uint64_t hash)
     return &m->shards[m->shard_bits ? hash >> (64 - m->shard_bits) : 0];
 }
 
-/* The slot holding id, or the empty slot that ends its probe run. Inline:
- * it is most of a lookup, and a call would save and restore six registers
- * around a loop that usually runs once. */
-static inline __attribute__((always_inline)) slot *probe(shard *s, uint64_t hash,
-                                                         const acemq__bytes *id)
+static entry *record(const memory_store *m, uint32_t index)
 {
+    return acemq__record_at(&m->records, index);
+}
+
+#define NO_PENDING SIZE_MAX
+
+/* Writes the latest new id's slot where it belongs. A new id's claim does
+ * not write its slot itself: that line, in a table far larger than the
+ * caches, is still on its way from DRAM when the claim ends, and a store
+ * waiting for it would hold up the lock's release (a locked instruction
+ * waits for every earlier store). It is written here instead, by the
+ * shard's next operation that reads slots, dozens of claims later, when
+ * the line is in cache: the claim prefetched it. Every reader of `slots`
+ * calls this first, under the lock. */
+static inline void flush_pending(shard *s)
+{
+    if (s->pending_at == NO_PENDING) return;
+    s->slots[s->pending_at] = s->pending;
+    s->pending_at = NO_PENDING;
+}
+
+/* The slot holding id, with *found set to its entry, or the empty slot that
+ * ends its probe run, with *found NULL. Only tags are read until one
+ * matches: a new id's lookup touches nothing but the tag array. Inline: it
+ * is most of a lookup, and a call would save and restore six registers
+ * around a loop that usually runs once. */
+static inline __attribute__((always_inline)) size_t
+probe(const memory_store *m, shard *s, uint64_t hash, const acemq__bytes *id, entry **found)
+{
+    flush_pending(s);
+    uint8_t tag = tag_of(hash);
     for (size_t i = hash & s->mask;; i = (i + 1) & s->mask) {
-        slot *sl = &s->slots[i];
-        if (!sl->e) return sl;
-        if (sl->hash == hash && sl->e->id_len == id->len &&
-            acemq__same_bytes(entry_id(sl->e), id->data, id->len))
-            return sl;
+        uint8_t t = s->tags[i];
+        if (t == 0) {
+            *found = NULL;
+            return i;
+        }
+        if (t != tag || s->slots[i].hash != (uint32_t)hash) continue;
+        entry *e = record(m, s->slots[i].index);
+        if (e->id_len == id->len && acemq__same_bytes(entry_id(e), id->data, id->len)) {
+            *found = e;
+            return i;
+        }
     }
 }
 
-static inline __attribute__((always_inline)) entry *find(shard *s, uint64_t hash,
-                                                         const acemq__bytes *id)
+static inline __attribute__((always_inline)) entry *find(const memory_store *m, shard *s,
+                                                         uint64_t hash, const acemq__bytes *id)
 {
-    return probe(s, hash, id)->e;
+    entry *e;
+    (void)probe(m, s, hash, id, &e);
+    return e;
 }
 
 /* Frees what an entry owns beyond its record. */
@@ -250,17 +307,17 @@ static void free_entry(shard *s, entry *e)
 }
 
 /* Starts the write of the record the shard's next claim will take. The 64
- * shards fill their slabs as 64 interleaved streams, too many for the
- * hardware prefetcher, so without this every new entry waits for its line
- * to come from DRAM; the next claim on this shard is dozens of claims away,
- * time enough for the line to arrive. */
+ * shards fill their runs of records as 64 interleaved streams, too many for
+ * the hardware prefetcher, so without this every new entry waits for its
+ * line to come from DRAM; the next claim on this shard is dozens of claims
+ * away, time enough for the line to arrive. */
 static void prefetch_entry(const entry *e)
 {
     __builtin_prefetch(e, 1, 3);
 }
 
-/* A record from the free list or the newest chunk, or a new chunk as large
- * as all before it (within per_shard_max). Its fields are not set. */
+/* A record from the free list or the shard's current run, or a new run as
+ * long as all before it (within per_shard_max). Its fields are not set. */
 static entry *alloc_entry(memory_store *m, shard *s)
 {
     entry *e = s->free_list;
@@ -269,102 +326,117 @@ static entry *alloc_entry(memory_store *m, shard *s)
         if (s->free_list) prefetch_entry(s->free_list);
         return e;
     }
-    chunk *c = s->chunks;
-    if (!c || c->used == c->cap) {
-        size_t cap = s->carved < CHUNK_MIN ? CHUNK_MIN : s->carved;
-        if (cap > CHUNK_MAX) cap = CHUNK_MAX;
+    if (s->carve == s->carve_end) {
+        size_t run = s->carved < RUN_MIN ? RUN_MIN : s->carved;
+        if (run > RUN_MAX) run = RUN_MAX;
         /* Claims come here only below the bound, with the free list empty,
          * i.e. when carved == count < per_shard_max: room is at least 1. */
-        if (cap > m->per_shard_max - s->carved) cap = m->per_shard_max - s->carved;
-        if (cap == 0) return NULL;
-        c = acemq__arena_alloc(&m->arena, sizeof *c + cap * sizeof(entry));
-        if (!c) return NULL;
-        c->next = s->chunks;
-        c->used = 0;
-        c->cap = cap;
-        s->chunks = c;
-        s->carved += cap;
+        if (run > m->per_shard_max - s->carved) run = m->per_shard_max - s->carved;
+        if (run == 0) return NULL;
+        entry *fresh = acemq__records_take(&m->records, run);
+        if (!fresh) return NULL;
+        s->carve = fresh;
+        s->carve_end = fresh + run;
+        s->carved += run;
     }
-    e = &c->entries[c->used++];
-    if (c->used < c->cap) prefetch_entry(&c->entries[c->used]);
+    e = s->carve++;
+    if (s->carve < s->carve_end) prefetch_entry(s->carve);
     return e;
 }
 
 static void set_hints(shard *s)
 {
+    atomic_store_explicit(&s->tags_hint, (uintptr_t)s->tags, memory_order_relaxed);
     atomic_store_explicit(&s->slots_hint, (uintptr_t)s->slots, memory_order_relaxed);
     atomic_store_explicit(&s->mask_hint, s->mask, memory_order_relaxed);
 }
 
-/* Starts the read of the slot where a probe for hash begins, without the
- * lock: integer arithmetic on the hints, so a stale one aims at the wrong
- * line and costs a wasted prefetch, nothing more. */
+/* Starts the reads where a probe for hash begins, without the lock: the tag,
+ * which the probe waits for, and the slot, which a new id's claim writes and
+ * an existing id's lookup reads. Integer arithmetic on the hints, so a stale
+ * one aims at the wrong line and costs a wasted prefetch, nothing more. */
 static void prefetch_slot(shard *s, uint64_t hash)
 {
-    uintptr_t base = atomic_load_explicit(&s->slots_hint, memory_order_relaxed);
-    size_t mask = atomic_load_explicit(&s->mask_hint, memory_order_relaxed);
-    /* An integer, not a pointer: the array it named may have been freed. */
+    uintptr_t tags = atomic_load_explicit(&s->tags_hint, memory_order_relaxed);
+    uintptr_t slots = atomic_load_explicit(&s->slots_hint, memory_order_relaxed);
+    size_t i = hash & atomic_load_explicit(&s->mask_hint, memory_order_relaxed);
+    /* Integers, not pointers: the arrays they named may have been freed. */
     /* NOLINTNEXTLINE(performance-no-int-to-ptr) */
-    __builtin_prefetch((const void *)(base + (hash & mask) * sizeof(slot)), 1, 3);
+    __builtin_prefetch((const void *)(tags + i), 0, 3);
+    /* NOLINTNEXTLINE(performance-no-int-to-ptr) */
+    __builtin_prefetch((const void *)(slots + i * sizeof(slot)), 1, 3);
 }
 
 /* Empties slot i and shifts later members of its probe run back (backward
  * shift deletion), so runs stay unbroken without tombstones. */
 static void remove_slot(shard *s, size_t i)
 {
-    for (size_t j = (i + 1) & s->mask; s->slots[j].e; j = (j + 1) & s->mask) {
+    for (size_t j = (i + 1) & s->mask; s->tags[j]; j = (j + 1) & s->mask) {
         size_t home = s->slots[j].hash & s->mask;
         /* An entry may move back to i only if its home is not in (i, j]. */
         int home_between = i <= j ? (i < home && home <= j) : (i < home || home <= j);
         if (!home_between) {
+            s->tags[i] = s->tags[j];
             s->slots[i] = s->slots[j];
             i = j;
         }
     }
-    s->slots[i].e = NULL;
+    s->tags[i] = 0;
 }
 
-/* Doubles the slot array before it passes 3/4 full; on allocation failure the
- * table grows denser instead, slower but correct while a slot stays empty.
- * 1 when the table moved (a slot found before is no longer in it), 0 when
- * it did not, ACEMQ_ENOMEM when it is full and could not grow. */
+/* Doubles the table before it passes 3/4 full; on allocation failure it
+ * grows denser instead, slower but correct while a slot stays empty. 1 when
+ * the table moved (a slot found before is no longer in it), 0 when it did
+ * not, ACEMQ_ENOMEM when it is full and could not grow. */
 static int maybe_grow(memory_store *m, shard *s)
 {
     size_t cap = s->mask + 1;
     if ((s->count + 1) * 4 <= cap * 3) return 0;
+    /* The probe before every call has flushed already; the copy below must
+     * never read a stale slot, so this stays cheap insurance. */
+    flush_pending(s);
     size_t n = cap * 2;
-    slot *fresh = acemq__arena_alloc(&m->arena, n * sizeof(slot));
-    if (!fresh) return s->count + 1 < cap ? 0 : ACEMQ_ENOMEM;
-    for (size_t i = 0; i < cap; i++) {
-        if (!s->slots[i].e) continue;
-        size_t j = s->slots[i].hash & (n - 1);
-        while (fresh[j].e)
-            j = (j + 1) & (n - 1);
-        fresh[j] = s->slots[i];
+    uint8_t *tags = acemq__arena_alloc(&m->arena, n);
+    slot *slots = tags ? acemq__arena_alloc(&m->arena, n * sizeof(slot)) : NULL;
+    if (!slots) {
+        if (tags) acemq__arena_free(&m->arena, tags, n);
+        return s->count + 1 < cap ? 0 : ACEMQ_ENOMEM;
     }
+    for (size_t i = 0; i < cap; i++) {
+        if (!s->tags[i]) continue;
+        size_t j = s->slots[i].hash & (n - 1);
+        while (tags[j])
+            j = (j + 1) & (n - 1);
+        tags[j] = s->tags[i];
+        slots[j] = s->slots[i];
+    }
+    acemq__arena_free(&m->arena, s->tags, cap);
     acemq__arena_free(&m->arena, s->slots, cap * sizeof(slot));
-    s->slots = fresh;
+    s->tags = tags;
+    s->slots = slots;
     s->mask = n - 1;
     set_hints(s);
     return 1;
 }
 
 /* Unlinks e from its table and list without freeing it. */
-static void unlink_entry(shard *s, entry *e)
+static void unlink_entry(const memory_store *m, shard *s, entry *e)
 {
     /* The hash is not kept in the entry (it would not fit the line); this
      * path is rare (release, eviction, purge) and ids are short. */
+    flush_pending(s);
+    uint32_t index = acemq__record_index(&m->records, e);
     size_t i = XXH3_64bits(entry_id(e), e->id_len) & s->mask;
-    while (s->slots[i].e != e)
+    while (!s->tags[i] || s->slots[i].index != index)
         i = (i + 1) & s->mask;
     remove_slot(s, i);
     list_remove(list_of(s, e), e);
     s->count--;
 }
 
-static void drop(shard *s, entry *e)
+static void drop(const memory_store *m, shard *s, entry *e)
 {
-    unlink_entry(s, e);
+    unlink_entry(m, s, e);
     free_entry(s, e);
 }
 
@@ -372,7 +444,7 @@ static void drop(shard *s, entry *e)
  * *spare so a full store reuses the memory instead of a free and a malloc
  * per claim. 0 when room was made, ACEMQ_EFULL when the shard holds only
  * live claims. */
-static int make_room(acemq_idem *h, shard *s, int64_t now, entry **spare)
+static int make_room(acemq_idem *h, const memory_store *m, shard *s, int64_t now, entry **spare)
 {
     entry *e = s->confirmed.head;
     if (e) {
@@ -385,7 +457,7 @@ static int make_room(acemq_idem *h, shard *s, int64_t now, entry **spare)
         if (!e || e->lease_until > now) return ACEMQ_EFULL;
         ACEMQ__IDEM_COUNT(h, evictions, 1);
     }
-    unlink_entry(s, e);
+    unlink_entry(m, s, e);
     *spare = e;
     return 0;
 }
@@ -448,7 +520,7 @@ static void set_long_id(entry *e, unsigned char *buf)
 }
 
 /* An entry for id: the spare one (a dropped record) when there is one, else
- * a record from the slab. NULL when out of memory. */
+ * a record from the region. NULL when out of memory. */
 static entry *new_entry(memory_store *m, shard *s, entry *spare, const acemq__bytes *id)
 {
     entry *e = spare;
@@ -475,30 +547,33 @@ static entry *new_entry(memory_store *m, shard *s, entry *spare, const acemq__by
     return e;
 }
 
-/* A claim of an id the shard does not hold; sl is the empty slot its lookup
+/* A claim of an id the shard does not hold; i is the empty slot its lookup
  * ended on. */
-static int claim_new(acemq_idem *h, memory_store *m, shard *s, slot *sl, uint64_t hash,
+static int claim_new(acemq_idem *h, memory_store *m, shard *s, size_t i, uint64_t hash,
                      const acemq__bytes *id, const acemq__claim_args *a, acemq_claim *out)
 {
-    entry *spare = NULL;
+    entry *spare = NULL, *absent;
     if (s->count >= m->per_shard_max) {
-        if (make_room(h, s, a->now_ms, &spare) != 0)
+        if (make_room(h, m, s, a->now_ms, &spare) != 0)
             return acemq__idem_fail(
                 h, ACEMQ_EFULL, "memory store: %zu live claims fill this shard (max_entries=%zu)",
                 s->count, h->opts.max_entries);
-        sl = probe(s, hash, id); /* removing the spare may have shifted id's run */
+        i = probe(m, s, hash, id, &absent); /* removing the spare may have shifted id's run */
     } else {
         int grew = maybe_grow(m, s);
         if (grew < 0) return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
-        if (grew) sl = probe(s, hash, id); /* the table moved */
+        if (grew) i = probe(m, s, hash, id, &absent); /* the table moved */
     }
     entry *e = new_entry(m, s, spare, id);
     if (!e || set_fingerprint(e, &a->fingerprint) != 0) {
         if (e) free_entry(s, e);
         return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
     }
-    sl->hash = hash;
-    sl->e = e;
+    /* probe() flushed the shard's previous pending slot. */
+    s->tags[i] = tag_of(hash);
+    s->pending_at = i;
+    s->pending.hash = (uint32_t)hash;
+    s->pending.index = acemq__record_index(&m->records, e);
     s->count++;
     grant(m, s, e, a, out);
     return ACEMQ_CLAIMED;
@@ -542,9 +617,9 @@ static int claim_hashed(acemq_idem *h, memory_store *m, uint64_t hash, const ace
 {
     shard *s = shard_for(m, hash);
     acemq__shard_lock_take(&s->lock);
-    slot *sl = probe(s, hash, id);
-    int rc =
-        sl->e ? decide_existing(h, s, sl->e, a, out) : claim_new(h, m, s, sl, hash, id, a, out);
+    entry *e;
+    size_t i = probe(m, s, hash, id, &e);
+    int rc = e ? decide_existing(h, s, e, a, out) : claim_new(h, m, s, i, hash, id, a, out);
     acemq__shard_lock_give(&s->lock);
     return rc;
 }
@@ -594,10 +669,10 @@ static int mem_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
 
 /* The entry for id when token is its current claim (or, for a repeated
  * confirm, its confirmation), else NULL. */
-static entry *fenced(shard *s, uint64_t hash, const acemq__bytes *id, uint64_t token,
-                     int confirmed_ok, int64_t now)
+static entry *fenced(const memory_store *m, shard *s, uint64_t hash, const acemq__bytes *id,
+                     uint64_t token, int confirmed_ok, int64_t now)
 {
-    entry *e = find(s, hash, id);
+    entry *e = find(m, s, hash, id);
     if (!e || e->token != token) return NULL;
     if (e->state == STATE_CLAIMED) return e;
     return confirmed_ok && e->expires > now ? e : NULL;
@@ -658,7 +733,7 @@ static int mem_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
             s = home;
             acemq__shard_lock_take(&s->lock);
         }
-        e = fenced(s, hash, id, token, 1, now_ms);
+        e = fenced(m, s, hash, id, token, 1, now_ms);
     }
     if (e) {
         list_remove(list_of(s, e), e);
@@ -690,8 +765,8 @@ static int mem_release(acemq_idem *h, const acemq__bytes *id, uint64_t token, in
     uint64_t hash = hash_id(id);
     shard *s = shard_for(m, hash);
     acemq__shard_lock_take(&s->lock);
-    entry *e = fenced(s, hash, id, token, 0, now_ms);
-    if (e) drop(s, e);
+    entry *e = fenced(m, s, hash, id, token, 0, now_ms);
+    if (e) drop(m, s, e);
     acemq__shard_lock_give(&s->lock);
     return e ? 0 : stale(h, "release");
 }
@@ -703,7 +778,7 @@ static int mem_renew(acemq_idem *h, const acemq__bytes *id, uint64_t token, int6
     uint64_t hash = hash_id(id);
     shard *s = shard_for(m, hash);
     acemq__shard_lock_take(&s->lock);
-    entry *e = fenced(s, hash, id, token, 0, now_ms);
+    entry *e = fenced(m, s, hash, id, token, 0, now_ms);
     if (e) e->lease_until = lease_until_ms;
     acemq__shard_lock_give(&s->lock);
     return e ? 0 : stale(h, "renew");
@@ -715,7 +790,7 @@ static int mem_is_confirmed(acemq_idem *h, const acemq__bytes *id, int64_t now_m
     uint64_t hash = hash_id(id);
     shard *s = shard_for(m, hash);
     acemq__shard_lock_take(&s->lock);
-    entry *e = find(s, hash, id);
+    entry *e = find(m, s, hash, id);
     int confirmed = e && e->state == STATE_CONFIRMED && e->expires > now_ms;
     acemq__shard_lock_give(&s->lock);
     return confirmed;
@@ -734,14 +809,14 @@ static int mem_purge(acemq_idem *h, int64_t now_ms, uint64_t *purged)
         for (entry *e = s->confirmed.head, *next; e; e = next) {
             next = e->next;
             if (e->expires <= now_ms) {
-                drop(s, e);
+                drop(m, s, e);
                 n++;
             }
         }
         for (entry *e = s->claims.head, *next; e; e = next) {
             next = e->next;
             if (e->lease_until <= abandoned_before) {
-                drop(s, e);
+                drop(m, s, e);
                 n++;
             }
         }
@@ -755,17 +830,16 @@ static void free_shards(memory_store *m, size_t nshards)
 {
     for (size_t i = 0; i < nshards; i++) {
         shard *s = &m->shards[i];
-        /* Every carved record is live or on the free list owning nothing, so
-         * a walk of the slabs, in address order, frees all there is. */
-        for (chunk *c = s->chunks, *next; c; c = next) {
-            next = c->next;
-            for (size_t j = 0; j < c->used; j++)
-                clear_entry(&c->entries[j]);
-        }
         acemq__shard_lock_destroy(&s->lock);
     }
+    /* Every record taken from the region is live, on a free list owning
+     * nothing, or not used yet (zero, owning nothing), so a walk of all of
+     * them, in address order, frees all there is. */
+    for (size_t i = 0; i < m->records.taken; i++)
+        clear_entry(record(m, (uint32_t)i));
     free(m->shards);
-    acemq__arena_destroy(&m->arena); /* the chunks and tables */
+    acemq__records_destroy(&m->records);
+    acemq__arena_destroy(&m->arena); /* the tables */
 }
 
 static void mem_close(acemq_idem *h)
@@ -815,9 +889,11 @@ static int allocate_slots(memory_store *m, size_t nshards, int presize)
 {
     size_t want = initial_slots(m, presize);
     for (size_t i = 0; i < nshards; i++) {
+        m->shards[i].tags = acemq__arena_alloc(&m->arena, want);
         m->shards[i].slots = acemq__arena_alloc(&m->arena, want * sizeof(slot));
-        if (!m->shards[i].slots) return ACEMQ_ENOMEM;
+        if (!m->shards[i].tags || !m->shards[i].slots) return ACEMQ_ENOMEM;
         m->shards[i].mask = want - 1;
+        m->shards[i].pending_at = NO_PENDING;
         set_hints(&m->shards[i]);
     }
     return 0;
@@ -857,7 +933,9 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
     m->per_shard_max = h->opts.max_entries / nshards;
     m->retention_ms = h->opts.retention_ms;
     m->shards = calloc(nshards, sizeof *m->shards);
-    int rc = m->shards ? allocate_slots(m, nshards, (int)presize) : ACEMQ_ENOMEM;
+    int rc =
+        m->shards ? acemq__records_init(&m->records, m->per_shard_max * nshards) : ACEMQ_ENOMEM;
+    if (rc == 0) rc = allocate_slots(m, nshards, (int)presize);
     size_t ready = 0;
     while (rc == 0 && ready < nshards && acemq__shard_lock_init(&m->shards[ready].lock) == 0)
         ready++;

@@ -291,6 +291,99 @@ static void batch_across_growth(void **state)
     close_fixture(f);
 }
 
+/* A new id's slot is written by the shard's next operation that reads
+ * slots, not by its own claim (memory_idem.c, flush_pending). Whatever comes
+ * right after a claim must still see the id: another claim of it (a lookup),
+ * a renew and an is_confirmed (lookups), a release (an unlink, which finds
+ * the slot by its record), a claim that grows the table, and a confirm that
+ * is not of the latest claim (a lookup again). One shard (a bound under
+ * 2,048 entries), so every operation meets the one before. */
+static void each_operation_after_a_claim_sees_its_id(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=2000");
+    enum { N = 1500 }; /* a multiple of 4; the table doubles from 64 slots to 2,048 */
+    static uint64_t token[N];
+    acemq_claim c;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+        token[i] = c.token;
+        char id[32];
+        int len = snprintf(id, sizeof id, "id-%d", i);
+        switch (i % 4) {
+        case 0:
+            assert_int_equal(claim_n(f, i, &c), ACEMQ_IN_PROGRESS);
+            break;
+        case 1:
+            assert_int_equal(acemq_idem_renew(f->store, id, (size_t)len, token[i], 0), 0);
+            assert_false(acemq_idem_is_confirmed(f->store, id, (size_t)len));
+            break;
+        case 2: /* released and claimed again: a new claim, a later token */
+            assert_int_equal(acemq_idem_release(f->store, id, (size_t)len, token[i]), 0);
+            assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+            assert_true(c.token > token[i]);
+            token[i] = c.token;
+            break;
+        default: /* the previous id's confirm: not the latest claim */
+            assert_int_equal(confirm_n(f, i - 1, token[i - 1]), 0);
+            break;
+        }
+    }
+    /* The ids released and claimed again were confirmed in the loop. */
+    for (int i = 0; i < N; i++) {
+        if (i % 4 != 2) assert_int_equal(confirm_n(f, i, token[i]), 0);
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_ALREADY_CONFIRMED);
+    }
+    acemq_idem_stats st;
+    assert_int_equal(acemq_idem_stats_get(f->store, &st), 0);
+    assert_int_equal(st.claimed, N + N / 4);
+    assert_int_equal(st.releases, N / 4);
+    close_fixture(f);
+}
+
+/* A purge finds nothing to look up first, so it is the unlink that must
+ * write the latest claim's slot before it shifts the probe runs the purged
+ * records leave (backward shift reads each slot's hash). Each round fills
+ * one shard with confirmations, lets their retention run out, claims one
+ * more id and purges at once: the new claim must stay held and findable,
+ * the purged ids free. */
+static void a_purge_right_after_a_claim_keeps_the_table_whole(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=2000");
+    acemq_claim c;
+    int next = 0;
+    for (int round = 0; round < 20; round++) {
+        int first = next;
+        for (int k = 0; k < 60; k++, next++) {
+            assert_int_equal(claim_n(f, next, &c), ACEMQ_CLAIMED);
+            assert_int_equal(confirm_n(f, next, c.token), 0);
+        }
+        acemq_manual_clock_advance(f->clock, 61000); /* past retention (60 s) */
+        int held = next++;
+        assert_int_equal(claim_n(f, held, &c), ACEMQ_CLAIMED);
+        uint64_t held_token = c.token;
+        uint64_t purged = 0;
+        assert_int_equal(acemq_idem_purge(f->store, &purged), 0);
+        assert_int_equal(purged, 60);
+        assert_int_equal(claim_n(f, held, &c), ACEMQ_IN_PROGRESS);
+        for (int k = first; k < held; k++) {
+            assert_int_equal(claim_n(f, k, &c), ACEMQ_CLAIMED);
+            assert_int_equal(acemq_idem_release(f->store, "x", 1, 1), ACEMQ_ESTALE);
+            char id[32];
+            int len = snprintf(id, sizeof id, "id-%d", k);
+            assert_int_equal(acemq_idem_release(f->store, id, (size_t)len, c.token), 0);
+        }
+        char id[32];
+        int len = snprintf(id, sizeof id, "id-%d", held);
+        assert_int_equal(acemq_idem_is_confirmed(f->store, id, (size_t)len), 0);
+        assert_int_equal(claim_n(f, held, &c), ACEMQ_IN_PROGRESS);
+        /* Released, so that the next round's purge has only its own 60. */
+        assert_int_equal(acemq_idem_release(f->store, id, (size_t)len, held_token), 0);
+    }
+    close_fixture(f);
+}
+
 /* A confirm right after its claim is found through the shard's latest
  * claim, not by hashing the id: that shortcut must take only the claim the
  * token and the id both name. Tokens name their shard and are unique across
@@ -378,6 +471,8 @@ int main(void)
         cmocka_unit_test(reused_records_start_clean),
         cmocka_unit_test(batch_on_a_full_store),
         cmocka_unit_test(batch_across_growth),
+        cmocka_unit_test(each_operation_after_a_claim_sees_its_id),
+        cmocka_unit_test(a_purge_right_after_a_claim_keeps_the_table_whole),
         cmocka_unit_test(a_confirm_takes_only_its_own_claim),
         cmocka_unit_test(url_errors),
     };

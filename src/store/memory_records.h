@@ -1,0 +1,64 @@
+/* memory_records.h — where the memory store's records live: one reservation
+ * of address space for every record the store may ever hold, so that a
+ * record is named by a 32-bit index as well as by its address.
+ *
+ * Why an index: the store's slot table keeps, per slot, a tag byte in one
+ * array and the hash and record in another (memory_idem.c). A new id's claim
+ * reads only the tag array, 1 byte a slot, which stays in a cache too small
+ * for 16-byte slots; the slot it then writes is half as large with a 4-byte
+ * index in place of an 8-byte pointer. Index and address convert with one
+ * addition or subtraction, since records are contiguous from `base`.
+ *
+ * The reservation is PROT_NONE (no memory is committed, so it counts against
+ * no overcommit limit) and is made readable and writable in growing steps as
+ * records are taken: a small store commits 256 KiB, a big one commits in
+ * blocks that double up to 64 MiB, and asks for transparent huge pages on
+ * what lies past the first 2 MiB, as the arena does for its tables
+ * (memory_arena.h). Memory comes back zeroed and is never given back before
+ * the region is destroyed.
+ *
+ * Safe for concurrent use: shards take records under the region's mutex,
+ * which only a new run of records takes (not every claim).
+ */
+#ifndef ACEMQ_STORE_MEMORY_RECORDS_H
+#define ACEMQ_STORE_MEMORY_RECORDS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every record is one cache line. */
+#define ACEMQ__RECORD_SIZE 64
+
+typedef struct acemq__records {
+    pthread_mutex_t lock;
+    unsigned char *base; /* the reservation, aligned to 2 MiB */
+    size_t capacity;     /* records it has room for */
+    size_t taken;        /* records handed out, from base on */
+    size_t committed;    /* bytes from base that are readable and writable */
+    size_t reserved;     /* bytes reserved from base */
+    void *mapping;       /* what mmap returned, and its length, for munmap */
+    size_t mapping_len;
+} acemq__records;
+
+/* Reserves room for capacity records (1..2^32). 0, or ACEMQ_ENOMEM when the
+ * address space or the mutex could not be had. */
+int acemq__records_init(acemq__records *r, size_t capacity);
+/* count contiguous records, zeroed, each ACEMQ__RECORD_SIZE bytes on a cache
+ * line; NULL when fewer than count are left or memory cannot be committed. */
+void *acemq__records_take(acemq__records *r, size_t count);
+/* Unmaps everything; every record is then invalid. */
+void acemq__records_destroy(acemq__records *r);
+
+/* The record at index i, and the index of record p (taken from r). */
+static inline void *acemq__record_at(const acemq__records *r, uint32_t i)
+{
+    return r->base + (size_t)i * ACEMQ__RECORD_SIZE;
+}
+
+static inline uint32_t acemq__record_index(const acemq__records *r, const void *p)
+{
+    return (uint32_t)((size_t)((const unsigned char *)p - r->base) / ACEMQ__RECORD_SIZE);
+}
+
+#endif
