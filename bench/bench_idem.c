@@ -819,6 +819,7 @@ typedef struct memory_case {
 
 static const memory_case memory_cases[] = {
     {"memory/1t", 1, 0, 0, 0, 0, 1},
+    {"memory/warm/1t", 1, 0, 1, 0, 0, 0},
     {"memory/2t", 2, 0, 0, 0, 0, 0},
     {"memory/batch16/1t", 1, 1, 0, 0, 0, 1},
     {"memory/batch16/warm/1t", 1, 1, 1, 0, 0, 0},
