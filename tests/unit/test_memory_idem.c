@@ -41,18 +41,40 @@ static void close_fixture(fixture *f)
     free(f);
 }
 
+enum { ID_CAP = 32 };
+
+/* Test id number i, "id-<i>", written to id (ID_CAP bytes); its length. */
+static size_t id_of(int i, char *id)
+{
+    return (size_t)snprintf(id, ID_CAP, "id-%d", i);
+}
+
 static int claim_n(fixture *f, int i, acemq_claim *c)
 {
-    char id[32];
-    int len = snprintf(id, sizeof id, "id-%d", i);
-    return acemq_idem_try_claim(f->store, id, (size_t)len, NULL, c);
+    char id[ID_CAP];
+    size_t len = id_of(i, id);
+    return acemq_idem_try_claim(f->store, id, len, NULL, c);
 }
 
 static int confirm_n(fixture *f, int i, uint64_t token)
 {
-    char id[32];
-    int len = snprintf(id, sizeof id, "id-%d", i);
-    return acemq_idem_confirm(f->store, id, (size_t)len, token);
+    char id[ID_CAP];
+    size_t len = id_of(i, id);
+    return acemq_idem_confirm(f->store, id, len, token);
+}
+
+static int release_n(fixture *f, int i, uint64_t token)
+{
+    char id[ID_CAP];
+    size_t len = id_of(i, id);
+    return acemq_idem_release(f->store, id, len, token);
+}
+
+static int is_confirmed_n(fixture *f, int i)
+{
+    char id[ID_CAP];
+    size_t len = id_of(i, id);
+    return acemq_idem_is_confirmed(f->store, id, len);
 }
 
 /* Past the bound, the oldest confirmations go first, and are counted. */
@@ -69,11 +91,8 @@ static void bound_evicts_oldest_confirmed(void **state)
     assert_int_equal(acemq_idem_stats_get(f->store, &s), 0);
     assert_int_equal(s.evictions, 15);
     /* The newest ten are remembered, the oldest fifteen are not. */
-    for (int i = 0; i < 25; i++) {
-        char id[32];
-        int len = snprintf(id, sizeof id, "id-%d", i);
-        assert_int_equal(acemq_idem_is_confirmed(f->store, id, (size_t)len), i >= 15);
-    }
+    for (int i = 0; i < 25; i++)
+        assert_int_equal(is_confirmed_n(f, i), i >= 15);
     close_fixture(f);
 }
 
@@ -137,11 +156,8 @@ static void check_sharded_bound(const char *url)
     assert_int_equal(acemq_idem_stats_get(f->store, &s), 0);
     assert_true(s.evictions >= N - 65536);
     int remembered = 0;
-    for (int i = 0; i < N; i++) {
-        char id[32];
-        int len = snprintf(id, sizeof id, "id-%d", i);
-        remembered += acemq_idem_is_confirmed(f->store, id, (size_t)len);
-    }
+    for (int i = 0; i < N; i++)
+        remembered += is_confirmed_n(f, i);
     assert_int_equal(remembered, N - (int)s.evictions);
     assert_true(remembered <= 65536);
     close_fixture(f);
@@ -308,18 +324,18 @@ static void each_operation_after_a_claim_sees_its_id(void **state)
     for (int i = 0; i < N; i++) {
         assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
         token[i] = c.token;
-        char id[32];
-        int len = snprintf(id, sizeof id, "id-%d", i);
+        char id[ID_CAP];
+        size_t len = id_of(i, id);
         switch (i % 4) {
         case 0:
             assert_int_equal(claim_n(f, i, &c), ACEMQ_IN_PROGRESS);
             break;
         case 1:
-            assert_int_equal(acemq_idem_renew(f->store, id, (size_t)len, token[i], 0), 0);
-            assert_false(acemq_idem_is_confirmed(f->store, id, (size_t)len));
+            assert_int_equal(acemq_idem_renew(f->store, id, len, token[i], 0), 0);
+            assert_false(is_confirmed_n(f, i));
             break;
         case 2: /* released and claimed again: a new claim, a later token */
-            assert_int_equal(acemq_idem_release(f->store, id, (size_t)len, token[i]), 0);
+            assert_int_equal(release_n(f, i, token[i]), 0);
             assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
             assert_true(c.token > token[i]);
             token[i] = c.token;
@@ -370,16 +386,12 @@ static void a_purge_right_after_a_claim_keeps_the_table_whole(void **state)
         for (int k = first; k < held; k++) {
             assert_int_equal(claim_n(f, k, &c), ACEMQ_CLAIMED);
             assert_int_equal(acemq_idem_release(f->store, "x", 1, 1), ACEMQ_ESTALE);
-            char id[32];
-            int len = snprintf(id, sizeof id, "id-%d", k);
-            assert_int_equal(acemq_idem_release(f->store, id, (size_t)len, c.token), 0);
+            assert_int_equal(release_n(f, k, c.token), 0);
         }
-        char id[32];
-        int len = snprintf(id, sizeof id, "id-%d", held);
-        assert_int_equal(acemq_idem_is_confirmed(f->store, id, (size_t)len), 0);
+        assert_int_equal(is_confirmed_n(f, held), 0);
         assert_int_equal(claim_n(f, held, &c), ACEMQ_IN_PROGRESS);
         /* Released, so that the next round's purge has only its own 60. */
-        assert_int_equal(acemq_idem_release(f->store, id, (size_t)len, held_token), 0);
+        assert_int_equal(release_n(f, held, held_token), 0);
     }
     close_fixture(f);
 }
