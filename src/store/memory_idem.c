@@ -10,12 +10,16 @@
  * That read is most of a claim's cost once the table outgrows the caches,
  * and a tag array is small enough to stay in a cache the 16-byte slots
  * (hash and pointer) it replaced did not fit. Tables start small and
- * double, so a store that never fills never pays for its max_entries. With
- * presize=1 they start sized for max_entries (12 to 24 bytes per entry, all
- * of it resident soon after the first claims, since ids hash all over the
- * table) and never double: no rehash, and no outgrown tables to fill and
- * zero, which over a million new ids costs as much as the table itself
- * (measured: 40-70% more pairs per second in batches).
+ * double before they pass 7/8 full, so a store that never fills never pays
+ * for its max_entries. With presize=1 they start sized for max_entries, at
+ * most 7/8 full when the store is (about 10.3 bytes per entry, the table's
+ * size any number of slots, see home_of), and they and the records of
+ * max_entries are faulted in at open (check_presize_fits): no rehash, no
+ * outgrown tables, and no claim that stops for the kernel to zero a page,
+ * which on the test machine also streams the zeroed bytes through the
+ * cache the tags need. Measured on a million new ids: about 30% more single
+ * pairs per second than with tables rounded up to a power of two and
+ * faulted in by the claims (docs/performance.md, eighth round).
  *
  * A new id's slot is not written by its claim but by the shard's next
  * operation that reads slots (flush_pending): see there for why.
@@ -68,6 +72,7 @@
  *    only to aim a prefetch. They may be stale, even name a freed array, so
  *    nothing ever loads through them: a prefetch cannot fault.
  */
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +82,7 @@
 #include <xxhash.h>
 
 #include "core/dlist.h"
+#include "core/prefault.h"
 #include "core/shard_lock.h"
 #include "core/short_bytes.h"
 #include "idem/idem_backend.h"
@@ -88,6 +94,11 @@ enum { STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 #define MAX_SHARD_BITS 6
 #define MIN_ENTRIES_PER_SHARD 1024
 #define INITIAL_SLOTS 64
+/* A table grows before it is more than 7/8 full. Probes read tag bytes, 64
+ * to a cache line, so the longer runs of a full table cost little, and a
+ * fuller table is fewer bytes for a new id's claim to miss in cache. */
+#define MAX_LOAD_NUM 7
+#define MAX_LOAD_DEN 8
 /* A billion entries is far past what a memory store should hold, and keeps
  * every count well inside the types that hold it. */
 #define MAX_ENTRIES_LIMIT (1LL << 30)
@@ -146,6 +157,12 @@ typedef struct slot {
     uint32_t index;
 } slot;
 
+/* Whether a table of cap slots may hold count ids (MAX_LOAD). */
+static inline int within_load(size_t count, size_t cap)
+{
+    return count * MAX_LOAD_DEN <= cap * MAX_LOAD_NUM;
+}
+
 /* A taken slot's tag: 7 bits of the hash that neither the slot's place (the
  * low bits) nor the shard (the top bits) uses, with the top bit set, so 0
  * marks an empty slot. A lookup compares a slot's record only when its tag
@@ -160,7 +177,7 @@ typedef struct shard {
     acemq__shard_lock lock;
     uint8_t *tags; /* per slot: 0 empty, else tag_of(hash) */
     slot *slots;   /* per slot: the rest, meaningful where the tag is not 0 */
-    size_t mask;   /* slots - 1; the slot count is a power of two, at most 3/4 full */
+    size_t cap;    /* slots: any count, at most MAX_LOAD full (see home_of) */
     size_t count;
     uint64_t next_token;
     entry *latest; /* the latest claim (see the invariants above) */
@@ -176,7 +193,7 @@ typedef struct shard {
     /* Read without the lock, for prefetch only: see the invariants above. */
     _Atomic(uintptr_t) tags_hint;
     _Atomic(uintptr_t) slots_hint;
-    atomic_size_t mask_hint;
+    atomic_size_t cap_hint;
     /* Pads shards apart so two threads on neighbouring shards do not share a
      * cache line through the lock. */
     char pad[64];
@@ -236,6 +253,24 @@ static entry *record(const memory_store *m, uint32_t index)
 
 #define NO_PENDING SIZE_MAX
 
+/* Where a probe for hash starts in a table of cap slots: the low 32 bits of
+ * the hash scaled to [0, cap) by one multiplication, so a table can have any
+ * number of slots, not only a power of two. That lets a presized table hold
+ * max_entries at MAX_LOAD instead of at the next power of two, which for a
+ * million ids was half as full: twice the tag bytes for a claim to miss in
+ * cache (see docs/performance.md, eighth round). The slot keeps those 32
+ * bits, so a growth or a deletion places a slot without its record. */
+static inline size_t home_of(uint64_t hash, size_t cap)
+{
+    return (size_t)(((uint64_t)(uint32_t)hash * cap) >> 32);
+}
+
+/* The slot after i, wrapping at the table's end. */
+static inline size_t next_of(size_t i, size_t cap)
+{
+    return i + 1 == cap ? 0 : i + 1;
+}
+
 /* Writes the latest new id's slot where it belongs. A new id's claim does
  * not write its slot itself: that line, in a table far larger than the
  * caches, is still on its way from DRAM when the claim ends, and a store
@@ -261,7 +296,7 @@ probe(const memory_store *m, shard *s, uint64_t hash, const acemq__bytes *id, en
 {
     flush_pending(s);
     uint8_t tag = tag_of(hash);
-    for (size_t i = hash & s->mask;; i = (i + 1) & s->mask) {
+    for (size_t i = home_of(hash, s->cap);; i = next_of(i, s->cap)) {
         uint8_t t = s->tags[i];
         if (t == 0) {
             *found = NULL;
@@ -348,19 +383,20 @@ static void set_hints(shard *s)
 {
     atomic_store_explicit(&s->tags_hint, (uintptr_t)s->tags, memory_order_relaxed);
     atomic_store_explicit(&s->slots_hint, (uintptr_t)s->slots, memory_order_relaxed);
-    atomic_store_explicit(&s->mask_hint, s->mask, memory_order_relaxed);
+    atomic_store_explicit(&s->cap_hint, s->cap, memory_order_relaxed);
 }
 
 /* Starts the read of the tag where a probe for hash begins, which the probe
  * waits for, without the lock: integer arithmetic on the hints, so a stale
  * one aims at the wrong line and costs a wasted prefetch, nothing more. */
-static void prefetch_tag(shard *s, uint64_t hash)
+static size_t prefetch_tag(shard *s, uint64_t hash)
 {
     uintptr_t tags = atomic_load_explicit(&s->tags_hint, memory_order_relaxed);
-    size_t i = hash & atomic_load_explicit(&s->mask_hint, memory_order_relaxed);
+    size_t i = home_of(hash, atomic_load_explicit(&s->cap_hint, memory_order_relaxed));
     /* An integer, not a pointer: the array it named may have been freed. */
     /* NOLINTNEXTLINE(performance-no-int-to-ptr) */
     __builtin_prefetch((const void *)(tags + i), 0, 3);
+    return i;
 }
 
 /* prefetch_tag, and the slot beside it, for a batch: the slot is read by an
@@ -371,9 +407,8 @@ static void prefetch_tag(shard *s, uint64_t hash)
  * starts it once it knows the slot (claim_new). */
 static void prefetch_tag_and_slot(shard *s, uint64_t hash)
 {
-    prefetch_tag(s, hash);
+    size_t i = prefetch_tag(s, hash);
     uintptr_t slots = atomic_load_explicit(&s->slots_hint, memory_order_relaxed);
-    size_t i = hash & atomic_load_explicit(&s->mask_hint, memory_order_relaxed);
     /* NOLINTNEXTLINE(performance-no-int-to-ptr) */
     __builtin_prefetch((const void *)(slots + i * sizeof(slot)), 1, 3);
 }
@@ -382,8 +417,8 @@ static void prefetch_tag_and_slot(shard *s, uint64_t hash)
  * shift deletion), so runs stay unbroken without tombstones. */
 static void remove_slot(shard *s, size_t i)
 {
-    for (size_t j = (i + 1) & s->mask; s->tags[j]; j = (j + 1) & s->mask) {
-        size_t home = s->slots[j].hash & s->mask;
+    for (size_t j = next_of(i, s->cap); s->tags[j]; j = next_of(j, s->cap)) {
+        size_t home = home_of(s->slots[j].hash, s->cap);
         /* An entry may move back to i only if its home is not in (i, j]. */
         int home_between = i <= j ? (i < home && home <= j) : (i < home || home <= j);
         if (!home_between) {
@@ -395,14 +430,14 @@ static void remove_slot(shard *s, size_t i)
     s->tags[i] = 0;
 }
 
-/* Doubles the table before it passes 3/4 full; on allocation failure it
+/* Doubles the table before it passes MAX_LOAD; on allocation failure it
  * grows denser instead, slower but correct while a slot stays empty. 1 when
  * the table moved (a slot found before is no longer in it), 0 when it did
  * not, ACEMQ_ENOMEM when it is full and could not grow. */
 static int maybe_grow(memory_store *m, shard *s)
 {
-    size_t cap = s->mask + 1;
-    if ((s->count + 1) * 4 <= cap * 3) return 0;
+    size_t cap = s->cap;
+    if (within_load(s->count + 1, cap)) return 0;
     /* The probe before every call has flushed already; the copy below must
      * never read a stale slot, so this stays cheap insurance. */
     flush_pending(s);
@@ -415,9 +450,9 @@ static int maybe_grow(memory_store *m, shard *s)
     }
     for (size_t i = 0; i < cap; i++) {
         if (!s->tags[i]) continue;
-        size_t j = s->slots[i].hash & (n - 1);
+        size_t j = home_of(s->slots[i].hash, n);
         while (tags[j])
-            j = (j + 1) & (n - 1);
+            j = next_of(j, n);
         tags[j] = s->tags[i];
         slots[j] = s->slots[i];
     }
@@ -425,7 +460,7 @@ static int maybe_grow(memory_store *m, shard *s)
     acemq__arena_free(&m->arena, s->slots, cap * sizeof(slot));
     s->tags = tags;
     s->slots = slots;
-    s->mask = n - 1;
+    s->cap = n;
     set_hints(s);
     return 1;
 }
@@ -437,9 +472,9 @@ static void unlink_entry(const memory_store *m, shard *s, entry *e)
      * path is rare (release, eviction, purge) and ids are short. */
     flush_pending(s);
     uint32_t index = acemq__record_index(&m->records, e);
-    size_t i = XXH3_64bits(entry_id(e), e->id_len) & s->mask;
+    size_t i = home_of(XXH3_64bits(entry_id(e), e->id_len), s->cap);
     while (!s->tags[i] || s->slots[i].index != index)
-        i = (i + 1) & s->mask;
+        i = next_of(i, s->cap);
     remove_slot(s, i);
     list_remove(list_of(s, e), e);
     s->count--;
@@ -890,28 +925,54 @@ static unsigned pick_shard_bits(size_t max_entries)
     return bits;
 }
 
-/* The slots a shard starts with: INITIAL_SLOTS, or with presize enough for
- * its share of max_entries, so that it never doubles (see the top). */
+/* The slots a shard starts with: INITIAL_SLOTS, or with presize the fewest
+ * that hold its share of max_entries within MAX_LOAD, so that it never
+ * grows (see the top), rounded up to whole cache lines of tags. */
 static size_t initial_slots(const memory_store *m, int presize)
 {
-    size_t want = INITIAL_SLOTS;
-    while (presize && want * 3 < m->per_shard_max * 4)
-        want *= 2;
-    return want;
+    if (!presize) return INITIAL_SLOTS;
+    size_t want = m->per_shard_max * MAX_LOAD_DEN / MAX_LOAD_NUM + 1;
+    want = (want + 63) & ~(size_t)63;
+    return want < INITIAL_SLOTS ? INITIAL_SLOTS : want;
 }
 
-static int allocate_slots(memory_store *m, size_t nshards, int presize)
+/* Every shard's first table; presized ones faulted in (see the top). 0, or
+ * ACEMQ_ENOMEM with *fault_errno set when the kernel could not fault a
+ * presized table in (0 when the tables could not be had at all). */
+static int allocate_slots(memory_store *m, size_t nshards, int presize, int *fault_errno)
 {
     size_t want = initial_slots(m, presize);
+    *fault_errno = 0;
     for (size_t i = 0; i < nshards; i++) {
         m->shards[i].tags = acemq__arena_alloc(&m->arena, want);
         m->shards[i].slots = acemq__arena_alloc(&m->arena, want * sizeof(slot));
         if (!m->shards[i].tags || !m->shards[i].slots) return ACEMQ_ENOMEM;
-        m->shards[i].mask = want - 1;
+        if (presize && (acemq__prefault(m->shards[i].tags, want) != 0 ||
+                        acemq__prefault(m->shards[i].slots, want * sizeof(slot)) != 0)) {
+            *fault_errno = errno;
+            return ACEMQ_ENOMEM;
+        }
+        m->shards[i].cap = want;
         m->shards[i].pending_at = NO_PENDING;
         set_hints(&m->shards[i]);
     }
     return 0;
+}
+
+/* presize=1 takes all of a store's memory at open (see the top): refused,
+ * before anything is mapped, when that is more than the machine has, where
+ * faulting it in would end in the out-of-memory killer. */
+static int check_presize_fits(acemq_idem *h)
+{
+    size_t per_entry = ACEMQ__RECORD_SIZE + (sizeof(slot) + 1) * MAX_LOAD_DEN / MAX_LOAD_NUM + 1;
+    size_t need = h->opts.max_entries * per_entry; /* max_entries <= 2^30: no overflow */
+    size_t have = acemq__physical_memory();
+    if (have == 0 || need <= have) return 0;
+    return acemq__idem_fail(h, ACEMQ_ENOMEM,
+                            "memory store: presize=1 would take %zu MiB at open for "
+                            "max_entries=%zu, more than this machine's %zu MiB; lower "
+                            "max_entries or leave presize off",
+                            need >> 20, h->opts.max_entries, have >> 20);
 }
 
 int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
@@ -938,6 +999,10 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
     if (acemq__url_param_int(url, "presize", 0, 1, &presize) != 0)
         return acemq__idem_fail(h, ACEMQ_EURL, "memory: presize must be 0 or 1");
 
+    if (presize) {
+        int rc = check_presize_fits(h);
+        if (rc != 0) return rc;
+    }
     memory_store *m = calloc(1, sizeof *m);
     if (!m || acemq__arena_init(&m->arena) != 0) {
         free(m);
@@ -950,13 +1015,23 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
     m->shards = calloc(nshards, sizeof *m->shards);
     int rc =
         m->shards ? acemq__records_init(&m->records, m->per_shard_max * nshards) : ACEMQ_ENOMEM;
-    if (rc == 0) rc = allocate_slots(m, nshards, (int)presize);
+    int fault_errno = 0;
+    if (rc == 0) rc = allocate_slots(m, nshards, (int)presize, &fault_errno);
+    if (rc == 0 && presize && acemq__records_prefault(&m->records) != 0) {
+        fault_errno = errno;
+        rc = ACEMQ_ENOMEM;
+    }
     size_t ready = 0;
     while (rc == 0 && ready < nshards && acemq__shard_lock_init(&m->shards[ready].lock) == 0)
         ready++;
     if (rc != 0 || ready < nshards) {
         free_shards(m, ready); /* and the arena, with every table in it */
         free(m);
+        if (fault_errno)
+            return acemq__idem_fail(h, ACEMQ_ENOMEM,
+                                    "memory store: presize=1 could not fault in the memory for "
+                                    "max_entries=%zu: %s",
+                                    h->opts.max_entries, strerror(fault_errno));
         return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
     }
     h->self = m;

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include "acemq/common.h"
+#include "core/prefault.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define FIRST_COMMIT ((size_t)256 << 10)
@@ -70,6 +71,15 @@ void *acemq__records_take(acemq__records *r, size_t count)
     }
     pthread_mutex_unlock(&r->lock);
     return p;
+}
+
+int acemq__records_prefault(acemq__records *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int rc = commit(r, r->capacity * ACEMQ__RECORD_SIZE);
+    if (rc == 0) rc = acemq__prefault(r->base, r->committed);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
 }
 
 void acemq__records_destroy(acemq__records *r)

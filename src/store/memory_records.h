@@ -47,6 +47,10 @@ int acemq__records_init(acemq__records *r, size_t capacity);
 /* count contiguous records, zeroed, each ACEMQ__RECORD_SIZE bytes on a cache
  * line; NULL when fewer than count are left or memory cannot be committed. */
 void *acemq__records_take(acemq__records *r, size_t count);
+/* Commits room for every record and faults it in (core/prefault.h), so
+ * that no take() waits for the kernel: for a store opened with presize=1.
+ * 0, or -1 with errno set (ENOMEM: not enough memory). */
+int acemq__records_prefault(acemq__records *r);
 /* Unmaps everything; every record is then invalid. */
 void acemq__records_destroy(acemq__records *r);
 

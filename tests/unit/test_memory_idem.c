@@ -1,6 +1,8 @@
 /* test_memory_idem.c — what only the memory backend does: its entry bound,
  * evictions and the refusal to drop a live claim, its records (ids kept in
  * the entry or beside it, slab reuse) and its batch path. */
+#define _GNU_SOURCE /* MADV_POPULATE_WRITE */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -175,6 +179,97 @@ static void presized_bound_holds(void **state)
 {
     (void)state;
     check_sharded_bound("memory:?max_entries=65536&presize=1");
+}
+
+/* A presized table has as many slots as its share of max_entries needs, not
+ * a power of two (1,000 entries: one shard, 1,152 slots, 87% full when the
+ * store is), so probe runs wrap at its end. Filled to the bound with live
+ * claims, every id is found, the next claim is refused, and releasing every
+ * third (each release shifts later members of a run back, across the end
+ * too) leaves each id findable or claimable as it should be. */
+static void a_presized_table_of_any_size_keeps_every_id(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    fixture *f = open_bounded("memory:?max_entries=1000&presize=1");
+    static uint64_t tokens[N];
+    acemq_claim c;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+        tokens[i] = c.token;
+    }
+    assert_int_equal(claim_n(f, N, &c), ACEMQ_EFULL);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_IN_PROGRESS);
+    for (int i = 0; i < N; i += 3)
+        assert_int_equal(release_n(f, i, tokens[i]), 0);
+    for (int i = 0; i < N; i++) {
+        if (i % 3 == 0) {
+            assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+            tokens[i] = c.token;
+        } else {
+            assert_int_equal(claim_n(f, i, &c), ACEMQ_IN_PROGRESS);
+        }
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(confirm_n(f, i, tokens[i]), 0);
+    for (int i = 0; i < N; i++)
+        assert_true(is_confirmed_n(f, i));
+    close_fixture(f);
+}
+
+/* Pages this process has resident (/proc/self/statm), or -1. */
+static long resident_pages(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    long size = 0, resident = -1;
+    if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+    (void)fclose(f);
+    return resident;
+}
+
+/* presize=1 faults its memory in at open, so no claim waits for the
+ * kernel: the open alone makes at least the records of max_entries
+ * resident (64 bytes each). Skipped where the kernel cannot populate
+ * (before Linux 5.14) or /proc is missing. */
+static void a_presized_store_is_resident_at_open(void **state)
+{
+    (void)state;
+    long page = sysconf(_SC_PAGESIZE), before = resident_pages();
+    if (page <= 0 || before < 0) skip();
+    void *probe =
+        mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(probe != MAP_FAILED);
+    errno = 0;
+    int populates = madvise(probe, (size_t)page, MADV_POPULATE_WRITE) == 0 || errno != EINVAL;
+    assert_int_equal(munmap(probe, (size_t)page), 0);
+    if (!populates) skip();
+    enum { MAX = 200000 };
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=200000&presize=1", NULL), 0);
+    long grown = resident_pages() - before;
+    assert_true(grown * page >= (long)MAX * 64);
+    acemq_idem_close(h);
+}
+
+/* presize=1 takes all of max_entries' memory at open (75 bytes an entry):
+ * for the largest bound, 75 GiB, more than a test machine has, the open is
+ * refused with ACEMQ_ENOMEM and says why, before anything is faulted in. On
+ * a machine that has that much (or does not say) the test is skipped. */
+static void a_presize_past_the_machine_is_refused(void **state)
+{
+    (void)state;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0 || (double)pages * (double)page >= 75.0 * (1 << 30)) skip();
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=1073741824&presize=1", NULL),
+                     ACEMQ_ENOMEM);
+    assert_null(h);
+    assert_non_null(strstr(acemq_idem_errmsg(NULL), "presize=1 would take"));
+    /* Without presize the same bound only reserves address space. */
+    assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=1073741824", NULL), 0);
+    acemq_idem_close(h);
 }
 
 /* Ids on both sides of the in-entry limit (21 bytes) and the longest, through
@@ -499,6 +594,9 @@ int main(void)
         cmocka_unit_test(expired_confirmations_make_room_first),
         cmocka_unit_test(sharded_bound_holds),
         cmocka_unit_test(presized_bound_holds),
+        cmocka_unit_test(a_presized_table_of_any_size_keeps_every_id),
+        cmocka_unit_test(a_presize_past_the_machine_is_refused),
+        cmocka_unit_test(a_presized_store_is_resident_at_open),
         cmocka_unit_test(short_and_long_ids),
         cmocka_unit_test(reused_records_start_clean),
         cmocka_unit_test(batch_on_a_full_store),

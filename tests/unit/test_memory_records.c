@@ -1,12 +1,18 @@
 /* test_memory_records.c — the memory store's record region: records come
  * zeroed, on cache lines, one after another from index 0, index and address
  * convert both ways, memory is committed as runs are taken (far past the
- * first step), and the region refuses to go past its capacity. */
+ * first step), the region refuses to go past its capacity, and prefault
+ * brings all of it in at once. */
+#define _GNU_SOURCE /* mincore, MADV_POPULATE_WRITE */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -72,12 +78,47 @@ static void impossible_capacities_are_refused(void **state)
     acemq__records_destroy(&r);
 }
 
+/* Prefault commits room for every record at once and brings it in: each
+ * page of the capacity is resident before any take, and takes still hand
+ * out zeroed records up to the capacity, and no further. Where the kernel
+ * cannot populate (before Linux 5.14) the pages are not checked, the rest
+ * is. */
+static void prefault_brings_every_record_in(void **state)
+{
+    (void)state;
+    enum { CAPACITY = 40000 }; /* 2.4 MiB: past the first huge page */
+    acemq__records r;
+    assert_int_equal(acemq__records_init(&r, CAPACITY), 0);
+    assert_int_equal(acemq__records_prefault(&r), 0);
+    size_t len = (size_t)CAPACITY * ACEMQ__RECORD_SIZE;
+    assert_true(r.committed >= len);
+    long page_size = sysconf(_SC_PAGESIZE);
+    assert_true(page_size > 0);
+    size_t page = (size_t)page_size, pages = (len + page - 1) / page;
+    unsigned char *in = malloc(pages);
+    assert_non_null(in);
+    assert_int_equal(mincore(r.base, pages * page, in), 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < pages; i++)
+        resident += in[i] & 1;
+    free(in);
+    errno = 0;
+    int populates = madvise(r.base, page, MADV_POPULATE_WRITE) == 0 || errno != EINVAL;
+    if (populates) assert_int_equal(resident, pages);
+    unsigned char *p = acemq__records_take(&r, CAPACITY);
+    assert_non_null(p);
+    assert_true(all_zero(p, len));
+    assert_null(acemq__records_take(&r, 1));
+    acemq__records_destroy(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(runs_are_zeroed_contiguous_and_indexed),
         cmocka_unit_test(the_capacity_is_a_hard_limit),
         cmocka_unit_test(impossible_capacities_are_refused),
+        cmocka_unit_test(prefault_brings_every_record_in),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
