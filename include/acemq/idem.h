@@ -98,7 +98,10 @@ typedef struct acemq_idem_stats {
 typedef struct acemq_idem acemq_idem;
 
 /* Opens a store by URL:
- *   memory:                          in-process (query: ?max_entries=N)
+ *   memory:                          in-process (query: ?max_entries=N&presize=0|1;
+ *                                    presize=1 takes and faults in all the memory
+ *                                    max_entries needs at open, about 75 bytes an
+ *                                    entry: see docs/idempotency.md)
  *   sqlite:/path/to.db, sqlite:rel.db  an SQLite file in WAL mode
  *                                    (query: ?synchronous=off|normal|full&busy_timeout_ms=N)
  * o may be NULL for the defaults; URL query values override o. On failure *out

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* MADV_HUGEPAGE, MAP_NORESERVE */
 #include "store/memory_records.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -78,7 +79,9 @@ int acemq__records_prefault(acemq__records *r)
     pthread_mutex_lock(&r->lock);
     int rc = commit(r, r->capacity * ACEMQ__RECORD_SIZE);
     if (rc == 0) rc = acemq__prefault(r->base, r->committed);
+    int saved = errno; /* for the caller, whatever the unlock does to it */
     pthread_mutex_unlock(&r->lock);
+    errno = saved;
     return rc;
 }
 
