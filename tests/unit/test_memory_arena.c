@@ -1,5 +1,6 @@
 /* test_memory_arena.c — the memory store's arena: zeroed, aligned, disjoint
  * memory; tables given back come back, cleared, for the same size only. */
+#define _GNU_SOURCE /* mincore, MADV_POPULATE_WRITE (memory_pages.h) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,14 +9,8 @@
 
 #include <cmocka.h>
 
+#include "memory_pages.h"
 #include "store/memory_arena.h"
-
-static int all_zero(const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i]) return 0;
-    return 1;
-}
 
 /* Allocations of many sizes, across several blocks (the first is 256 KiB,
  * then they double): each zeroed, on a cache line, and not overlapping any

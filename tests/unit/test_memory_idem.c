@@ -1,8 +1,7 @@
 /* test_memory_idem.c — what only the memory backend does: its entry bound,
  * evictions and the refusal to drop a live claim, its records (ids kept in
  * the entry or beside it, slab reuse) and its batch path. */
-#define _GNU_SOURCE /* MADV_POPULATE_WRITE */
-#include <errno.h>
+#define _GNU_SOURCE /* mincore, MADV_POPULATE_WRITE (memory_pages.h) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,12 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "acemq/acemq.h"
+#include "memory_pages.h"
 
 #define T0 1700000000000LL
 
@@ -219,7 +218,7 @@ static void a_presized_table_of_any_size_keeps_every_id(void **state)
 }
 
 /* Pages this process has resident (/proc/self/statm), or -1. */
-static long resident_pages(void)
+static long process_resident_pages(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
     if (!f) return -1;
@@ -236,19 +235,13 @@ static long resident_pages(void)
 static void a_presized_store_is_resident_at_open(void **state)
 {
     (void)state;
-    long page = sysconf(_SC_PAGESIZE), before = resident_pages();
+    long page = sysconf(_SC_PAGESIZE), before = process_resident_pages();
     if (page <= 0 || before < 0) skip();
-    void *probe =
-        mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(probe != MAP_FAILED);
-    errno = 0;
-    int populates = madvise(probe, (size_t)page, MADV_POPULATE_WRITE) == 0 || errno != EINVAL;
-    assert_int_equal(munmap(probe, (size_t)page), 0);
-    if (!populates) skip();
+    if (!kernel_populates()) skip();
     enum { MAX = 200000 };
     acemq_idem *h = NULL;
     assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=200000&presize=1", NULL), 0);
-    long grown = resident_pages() - before;
+    long grown = process_resident_pages() - before;
     assert_true(grown * page >= (long)MAX * 64);
     acemq_idem_close(h);
 }

@@ -4,27 +4,17 @@
  * first step), the region refuses to go past its capacity, and prefault
  * brings all of it in at once. */
 #define _GNU_SOURCE /* mincore, MADV_POPULATE_WRITE */
-#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "acemq/common.h"
+#include "memory_pages.h"
 #include "store/memory_records.h"
-
-static int all_zero(const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i]) return 0;
-    return 1;
-}
 
 /* Runs of many lengths, 5 MiB of records in all (past the 256 KiB first
  * commit, the 2 MiB mark where huge pages are asked for, and several
@@ -92,19 +82,8 @@ static void prefault_brings_every_record_in(void **state)
     assert_int_equal(acemq__records_prefault(&r), 0);
     size_t len = (size_t)CAPACITY * ACEMQ__RECORD_SIZE;
     assert_true(r.committed >= len);
-    long page_size = sysconf(_SC_PAGESIZE);
-    assert_true(page_size > 0);
-    size_t page = (size_t)page_size, pages = (len + page - 1) / page;
-    unsigned char *in = malloc(pages);
-    assert_non_null(in);
-    assert_int_equal(mincore(r.base, pages * page, in), 0);
-    size_t resident = 0;
-    for (size_t i = 0; i < pages; i++)
-        resident += in[i] & 1;
-    free(in);
-    errno = 0;
-    int populates = madvise(r.base, page, MADV_POPULATE_WRITE) == 0 || errno != EINVAL;
-    if (populates) assert_int_equal(resident, pages);
+    size_t pages = (len + page_bytes() - 1) / page_bytes();
+    if (kernel_populates()) assert_int_equal(resident_pages(r.base, len), pages);
     unsigned char *p = acemq__records_take(&r, CAPACITY);
     assert_non_null(p);
     assert_true(all_zero(p, len));
