@@ -805,7 +805,8 @@ static double random_read_ns(size_t bytes)
  *    code without the cost of growing a fresh store (no target: the target
  *    is the fresh store's);
  *  - presize: a fresh store opened with presize=1, its tables sized for
- *    max_entries at open, so that it never rehashes;
+ *    max_entries at open, so that it never rehashes, and they and its
+ *    records faulted in there, before the clock starts;
  *  - window4k: a full store in steady state, 4,096 entries (a pre-filter's
  *    window), every claim evicting the oldest confirmation; slots and
  *    entries stay within one core's 1 MiB L2, so this is the path without
