@@ -809,7 +809,7 @@ static double random_read_ns(size_t bytes)
  *    records faulted in there, before the clock starts;
  *  - window4k: a full store in steady state, 4,096 entries (a pre-filter's
  *    window), every claim evicting the oldest confirmation; slots and
- *    entries stay within one core's 1 MiB L2, so this is the path without
+ *    entries stay within one core's L2 (512 KiB here), so this is the path without
  *    the cold read that memory/1t pays for every new id. */
 typedef struct memory_case {
     const char *name;
