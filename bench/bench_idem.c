@@ -830,6 +830,23 @@ static const memory_case memory_cases[] = {
 };
 #define MEMORY_CASES (sizeof memory_cases / sizeof memory_cases[0])
 
+/* The lowest and highest of a case's runs, under its median: on a shared
+ * virtual machine one run of the memory cases can be half again as fast
+ * as the next (docs/performance.md, "Figures"), and a median alone hides
+ * how far they strayed. */
+static void print_spread(const char *name, const double *v, int n)
+{
+    double lo = v[0], hi = v[0];
+    for (int i = 1; i < n; i++) {
+        if (v[i] < lo) lo = v[i];
+        if (v[i] > hi) hi = v[i];
+    }
+    char a[32], b[32];
+    fmt_rate(a, sizeof a, lo);
+    fmt_rate(b, sizeof b, hi);
+    printf("  %s: its %d runs ranged from %s to %s pairs/s\n", name, n, a, b);
+}
+
 static void bench_memory(const config *cfg, FILE *out)
 {
     int any = 0, any_batched = 0;
@@ -895,6 +912,7 @@ static void bench_memory(const config *cfg, FILE *out)
         r.target = x->has_target ? ">= 5,000,000/s" : "-";
         r.target_met = x->has_target ? r.value >= MEMORY_TARGET : -1;
         report(out, &r);
+        if (cfg->reps > 1) print_spread(x->name, v, cfg->reps);
     }
 }
 
