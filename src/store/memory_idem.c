@@ -67,7 +67,7 @@
  *  - outside the lock, at most one slot of a shard is stale: the one at
  *    pending_at, whose tag is already set and whose content is `pending`.
  *    Whatever reads slots calls flush_pending first.
- *  - tags_hint, slots_hint and mask_hint follow tags, slots and mask (stored
+ *  - tags_hint, slots_hint and cap_hint follow tags, slots and cap (stored
  *    under the lock whenever the table moves) and are read without the lock
  *    only to aim a prefetch. They may be stale, even name a freed array, so
  *    nothing ever loads through them: a prefetch cannot fault.
