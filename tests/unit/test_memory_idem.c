@@ -80,16 +80,22 @@ static int is_confirmed_n(fixture *f, int i)
     return acemq_idem_is_confirmed(f->store, id, len);
 }
 
+/* Claims ids 0..n-1, each new to the store, and confirms each in turn. */
+static void claim_and_confirm_first(fixture *f, int n)
+{
+    acemq_claim c;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+        assert_int_equal(confirm_n(f, i, c.token), 0);
+    }
+}
+
 /* Past the bound, the oldest confirmations go first, and are counted. */
 static void bound_evicts_oldest_confirmed(void **state)
 {
     (void)state;
     fixture *f = open_bounded("memory:?max_entries=10");
-    acemq_claim c;
-    for (int i = 0; i < 25; i++) {
-        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
-        assert_int_equal(confirm_n(f, i, c.token), 0);
-    }
+    claim_and_confirm_first(f, 25);
     acemq_idem_stats s;
     assert_int_equal(acemq_idem_stats_get(f->store, &s), 0);
     assert_int_equal(s.evictions, 15);
@@ -149,12 +155,8 @@ static void expired_confirmations_make_room_first(void **state)
 static void check_sharded_bound(const char *url)
 {
     fixture *f = open_bounded(url);
-    acemq_claim c;
     enum { N = 100000 };
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
-        assert_int_equal(confirm_n(f, i, c.token), 0);
-    }
+    claim_and_confirm_first(f, N);
     acemq_idem_stats s;
     assert_int_equal(acemq_idem_stats_get(f->store, &s), 0);
     assert_true(s.evictions >= N - 65536);
@@ -553,11 +555,8 @@ static void the_largest_bound_opens_and_works(void **state)
 {
     (void)state;
     fixture *f = open_bounded("memory:?max_entries=1073741824");
+    claim_and_confirm_first(f, 5000);
     acemq_claim c;
-    for (int i = 0; i < 5000; i++) {
-        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
-        assert_int_equal(confirm_n(f, i, c.token), 0);
-    }
     for (int i = 0; i < 5000; i++)
         assert_int_equal(claim_n(f, i, &c), ACEMQ_ALREADY_CONFIRMED);
     close_fixture(f);
