@@ -6,8 +6,9 @@
  * streams through the shared cache, evicting what the writer needed. A
  * memory store opened with presize=1 pays that at open instead, through
  * MADV_POPULATE_WRITE (Linux 5.14 and later), which faults the pages in as
- * writes would, or reports ENOMEM where a write would have met the
- * out-of-memory killer.
+ * writes would. Past the memory there is, it meets the out-of-memory killer
+ * as those writes would (inside a memory cgroup its limit's killer ends the
+ * process), so a caller about to fault in much asks memory_room.h first.
  */
 #ifndef ACEMQ_CORE_PREFAULT_H
 #define ACEMQ_CORE_PREFAULT_H

@@ -82,6 +82,7 @@
 #include <xxhash.h>
 
 #include "core/dlist.h"
+#include "core/memory_room.h"
 #include "core/prefault.h"
 #include "core/shard_lock.h"
 #include "core/short_bytes.h"
@@ -960,19 +961,21 @@ static int allocate_slots(memory_store *m, size_t nshards, int presize, int *fau
 }
 
 /* presize=1 takes all of a store's memory at open (see the top): refused,
- * before anything is mapped, when that is more than the machine has, where
- * faulting it in would end in the out-of-memory killer. */
+ * before anything is mapped, when that is more than the process has room
+ * for, on the machine or under its memory cgroup's limit, where faulting it
+ * in would end in the out-of-memory killer (memory_room.h). */
 static int check_presize_fits(acemq_idem *h)
 {
     size_t per_entry = ACEMQ__RECORD_SIZE + (sizeof(slot) + 1) * MAX_LOAD_DEN / MAX_LOAD_NUM + 1;
     size_t need = h->opts.max_entries * per_entry; /* max_entries <= 2^30: no overflow */
-    size_t have = acemq__physical_memory();
-    if (have == 0 || need <= have) return 0;
+    acemq__memory_room room;
+    acemq__memory_room_get(&room);
+    if (need <= room.bytes) return 0;
     return acemq__idem_fail(h, ACEMQ_ENOMEM,
                             "memory store: presize=1 would take %zu MiB at open for "
-                            "max_entries=%zu, more than this machine's %zu MiB; lower "
+                            "max_entries=%zu, more than the %zu MiB %s; lower "
                             "max_entries or leave presize off",
-                            need >> 20, h->opts.max_entries, have >> 20);
+                            need >> 20, h->opts.max_entries, room.bytes >> 20, room.bound);
 }
 
 int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)

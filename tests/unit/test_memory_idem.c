@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -265,6 +267,113 @@ static void a_presize_past_the_machine_is_refused(void **state)
     /* Without presize the same bound only reserves address space. */
     assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=1073741824", NULL), 0);
     acemq_idem_close(h);
+}
+
+/* Writes text to path: 0, or -1. */
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int ok = fputs(text, f) >= 0;
+    if (fclose(f) != 0) ok = 0;
+    return ok ? 0 : -1;
+}
+
+/* A memory cgroup of our own under this process's (cgroup v1 here; on v2
+ * a cgroup with processes cannot give its children a controller), limited
+ * to limit_mib: its directory in dir, or -1 when this machine does not let
+ * us make one (not root, no v1 memory hierarchy, read-only). */
+static int make_memory_cgroup(char *dir, size_t len, unsigned limit_mib)
+{
+    char buf[4096], path[600];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return -1;
+    const char *own = NULL;
+    while (fgets(buf, sizeof buf, f)) {
+        char *c1 = strchr(buf, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (c2 && strstr(c1, "memory") && strstr(c1, "memory") < c2) {
+            c2[strcspn(c2, "\n")] = '\0';
+            own = c2 + 1;
+            break;
+        }
+    }
+    (void)fclose(f);
+    if (!own || geteuid() != 0) return -1;
+    if (snprintf(dir, len, "/sys/fs/cgroup/memory%s/acemq-test-%ld", strcmp(own, "/") ? own : "",
+                 (long)getpid()) >= (int)len ||
+        mkdir(dir, 0755) != 0)
+        return -1;
+    snprintf(buf, sizeof buf, "%llu\n", (unsigned long long)limit_mib << 20);
+    if (snprintf(path, sizeof path, "%s/memory.limit_in_bytes", dir) >= (int)sizeof path ||
+        write_file(path, buf) != 0) {
+        (void)rmdir(dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* In a child moved into the cgroup at dir: opens url and checks the result.
+ * 0 as expected, 1 not, 77 the child could not join the cgroup, 128 + N
+ * killed by signal N, 2 lost. The caller removes the cgroup first, then
+ * asserts. */
+static int open_in_cgroup(const char *dir, const char *url, int want, const char *says)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char path[600], me[32];
+        snprintf(me, sizeof me, "%ld\n", (long)getpid());
+        if (snprintf(path, sizeof path, "%s/cgroup.procs", dir) >= (int)sizeof path ||
+            write_file(path, me) != 0)
+            _exit(77);
+        acemq_idem *h = NULL;
+        int rc = acemq_idem_open(&h, url, NULL);
+        if (rc != want) {
+            fprintf(stderr, "open(%s) = %s, not %s: %s\n", url, acemq_err_name(rc),
+                    acemq_err_name(want), acemq_idem_errmsg(NULL));
+            _exit(1);
+        }
+        if (says && !strstr(acemq_idem_errmsg(NULL), says)) {
+            fprintf(stderr, "open(%s) says '%s', not '%s'\n", url, acemq_idem_errmsg(NULL), says);
+            _exit(1);
+        }
+        if (h) {
+            acemq_claim c;
+            if (acemq_idem_try_claim(h, "id", 2, NULL, &c) != ACEMQ_CLAIMED) _exit(1);
+            acemq_idem_close(h);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return 2;
+    if (WIFSIGNALED(status)) {
+        fprintf(stderr, "open(%s) in a cgroup: killed by signal %d (its OOM killer?)\n", url,
+                WTERMSIG(status));
+        return 128 + WTERMSIG(status);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+}
+
+/* Inside a memory cgroup, faulting in past its limit does not fail: the
+ * cgroup's OOM killer ends the process. So presize=1 is refused at open
+ * when max_entries' memory (75 bytes an entry) is more than the cgroup has
+ * room for, with a message that names the cgroup, and a presize within the
+ * limit opens and works. Run in a child inside a cgroup of 512 MiB; skipped
+ * where this process cannot make one (not root, no cgroup v1 memory
+ * hierarchy), or the kernel cannot populate. */
+static void a_presize_past_its_cgroup_is_refused(void **state)
+{
+    (void)state;
+    char dir[512];
+    if (!kernel_populates() || make_memory_cgroup(dir, sizeof dir, 512) != 0) skip();
+    /* 16 million entries: 1.1 GiB, more than the cgroup, less than the machine. */
+    int over = open_in_cgroup(dir, "memory:?max_entries=16000000&presize=1", ACEMQ_ENOMEM,
+                              "left under the memory cgroup");
+    int within = open_in_cgroup(dir, "memory:?max_entries=1000000&presize=1", 0, NULL);
+    assert_int_equal(rmdir(dir), 0);
+    if (over == 77 || within == 77) skip();
+    assert_int_equal(over, 0);
+    assert_int_equal(within, 0);
 }
 
 /* Ids on both sides of the in-entry limit (21 bytes) and the longest, through
@@ -588,6 +697,7 @@ int main(void)
         cmocka_unit_test(presized_bound_holds),
         cmocka_unit_test(a_presized_table_of_any_size_keeps_every_id),
         cmocka_unit_test(a_presize_past_the_machine_is_refused),
+        cmocka_unit_test(a_presize_past_its_cgroup_is_refused),
         cmocka_unit_test(a_presized_store_is_resident_at_open),
         cmocka_unit_test(short_and_long_ids),
         cmocka_unit_test(reused_records_start_clean),
