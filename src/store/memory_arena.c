@@ -3,16 +3,15 @@
 #define _GNU_SOURCE /* MADV_HUGEPAGE */
 #include "store/memory_arena.h"
 
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "acemq/common.h"
+#include "core/huge_map.h"
 
 #define ALIGN 64
 #define FIRST_BLOCK ((size_t)256 << 10)
-#define HUGE_PAGE ((size_t)2 << 20)
 /* Past this, blocks stop doubling: a store that keeps growing maps 64 MiB at
  * a time, little against what it holds. */
 #define MAX_BLOCK ((size_t)64 << 20)
@@ -23,30 +22,18 @@ struct acemq__arena_block {
     size_t len;
 };
 
-/* n rounded up to a multiple of to (a power of two); 0 on overflow. */
-static size_t round_up(size_t n, size_t to)
-{
-    return n > SIZE_MAX - (to - 1) ? 0 : (n + to - 1) & ~(to - 1);
-}
-
-/* len bytes of fresh (zero) memory. From HUGE_PAGE up, len is a multiple of
- * it and the block starts on a huge-page boundary, with huge pages asked
+/* len bytes of fresh (zero) memory. From a huge page (2 MiB) up, len is a
+ * multiple of one and the block starts on a boundary, with huge pages asked
  * for: the advice is only advice, and without transparent huge pages the
  * block works the same in small pages. */
 static void *map_block(size_t len)
 {
-    if (len < HUGE_PAGE) {
+    if (len < ACEMQ__HUGE_PAGE) {
         void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         return p == MAP_FAILED ? NULL : p;
     }
-    size_t span = len + HUGE_PAGE;
-    char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    char *aligned = p + (round_up((uintptr_t)p, HUGE_PAGE) - (uintptr_t)p);
-    size_t head = (size_t)(aligned - p), tail = span - head - len;
-    /* Trimming page-aligned ends of our own mapping cannot fail. */
-    if (head) (void)munmap(p, head);
-    if (tail) (void)munmap(aligned + len, tail);
+    char *aligned = acemq__map_huge_aligned(len, PROT_READ | PROT_WRITE, 0);
+    if (!aligned) return NULL;
     (void)madvise(aligned, len, MADV_HUGEPAGE);
     return aligned;
 }
@@ -63,7 +50,7 @@ int acemq__arena_init(acemq__arena *a)
 static int add_block(acemq__arena *a, size_t size)
 {
     size_t len = a->next_block;
-    if (len < size) len = round_up(size, size < HUGE_PAGE ? ALIGN : HUGE_PAGE);
+    if (len < size) len = acemq__round_up(size, size < ACEMQ__HUGE_PAGE ? ALIGN : ACEMQ__HUGE_PAGE);
     if (len == 0) return -1;
     acemq__arena_block *b = malloc(sizeof *b);
     if (!b) return -1;
@@ -92,7 +79,7 @@ static int class_of(size_t size)
 
 void *acemq__arena_alloc(acemq__arena *a, size_t size)
 {
-    size = round_up(size, ALIGN);
+    size = acemq__round_up(size, ALIGN);
     if (size == 0) return NULL;
     int c = class_of(size);
     void *p = NULL;
@@ -117,7 +104,7 @@ void *acemq__arena_alloc(acemq__arena *a, size_t size)
 
 void acemq__arena_free(acemq__arena *a, void *p, size_t size)
 {
-    int c = p ? class_of(round_up(size, ALIGN)) : -1;
+    int c = p ? class_of(acemq__round_up(size, ALIGN)) : -1;
     if (c < 0) return;
     pthread_mutex_lock(&a->lock);
     memcpy(p, &a->free_tables[c], sizeof(void *));

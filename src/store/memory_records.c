@@ -7,33 +7,24 @@
 #include <sys/mman.h>
 
 #include "acemq/common.h"
+#include "core/huge_map.h"
 #include "core/prefault.h"
 
-#define HUGE_PAGE ((size_t)2 << 20)
 #define FIRST_COMMIT ((size_t)256 << 10)
 #define MAX_COMMIT_STEP ((size_t)64 << 20)
-
-static size_t round_up(size_t n, size_t to)
-{
-    return (n + to - 1) & ~(to - 1);
-}
 
 int acemq__records_init(acemq__records *r, size_t capacity)
 {
     memset(r, 0, sizeof *r);
     if (capacity == 0 || capacity > ((size_t)1 << 32)) return ACEMQ_ENOMEM;
-    size_t len = round_up(capacity * ACEMQ__RECORD_SIZE, HUGE_PAGE);
-    /* One huge page more, so that base can start on a huge-page boundary. */
-    size_t span = len + HUGE_PAGE;
-    void *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return ACEMQ_ENOMEM;
+    size_t len = acemq__round_up(capacity * ACEMQ__RECORD_SIZE, ACEMQ__HUGE_PAGE);
+    unsigned char *p = acemq__map_huge_aligned(len, PROT_NONE, MAP_NORESERVE);
+    if (!p) return ACEMQ_ENOMEM;
     if (pthread_mutex_init(&r->lock, NULL) != 0) {
-        (void)munmap(p, span);
+        (void)munmap(p, len);
         return ACEMQ_ENOMEM;
     }
-    r->mapping = p;
-    r->mapping_len = span;
-    r->base = (unsigned char *)p + (round_up((uintptr_t)p, HUGE_PAGE) - (uintptr_t)p);
+    r->base = p;
     r->reserved = len;
     r->capacity = capacity;
     return 0;
@@ -47,7 +38,7 @@ static int commit(acemq__records *r, size_t need)
     size_t step = r->committed < FIRST_COMMIT ? FIRST_COMMIT : r->committed;
     if (step > MAX_COMMIT_STEP) step = MAX_COMMIT_STEP;
     size_t upto = r->committed + step;
-    if (upto < need) upto = round_up(need, HUGE_PAGE);
+    if (upto < need) upto = acemq__round_up(need, ACEMQ__HUGE_PAGE);
     if (upto > r->reserved) upto = r->reserved;
     unsigned char *from = r->base + r->committed;
     if (mprotect(from, upto - r->committed, PROT_READ | PROT_WRITE) != 0) return -1;
@@ -55,7 +46,7 @@ static int commit(acemq__records *r, size_t need)
      * page would be resident whole for a few records), a big one faults in
      * 2 MiB at a time and its records sit in few TLB entries. The advice is
      * only advice: without transparent huge pages nothing changes. */
-    size_t huge_from = r->committed < HUGE_PAGE ? HUGE_PAGE : r->committed;
+    size_t huge_from = r->committed < ACEMQ__HUGE_PAGE ? ACEMQ__HUGE_PAGE : r->committed;
     if (upto > huge_from) (void)madvise(r->base + huge_from, upto - huge_from, MADV_HUGEPAGE);
     r->committed = upto;
     return 0;
@@ -87,10 +78,9 @@ int acemq__records_prefault(acemq__records *r)
 
 void acemq__records_destroy(acemq__records *r)
 {
-    if (!r->mapping) return;
+    if (!r->base) return;
     /* Unmapping a whole mapping of our own cannot fail. */
-    (void)munmap(r->mapping, r->mapping_len);
-    r->mapping = NULL;
+    (void)munmap(r->base, r->reserved);
     r->base = NULL;
     pthread_mutex_destroy(&r->lock);
 }

@@ -36,9 +36,7 @@ typedef struct acemq__records {
     size_t capacity;     /* records it has room for */
     size_t taken;        /* records handed out, from base on */
     size_t committed;    /* bytes from base that are readable and writable */
-    size_t reserved;     /* bytes reserved from base */
-    void *mapping;       /* what mmap returned, and its length, for munmap */
-    size_t mapping_len;
+    size_t reserved;     /* bytes reserved from base, all of the mapping */
 } acemq__records;
 
 /* Reserves room for capacity records (1..2^32). 0, or ACEMQ_ENOMEM when the
