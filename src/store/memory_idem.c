@@ -11,7 +11,10 @@
  * and a tag array is small enough to stay in a cache the 16-byte slots
  * (hash and pointer) it replaced did not fit. Tables start small and
  * double before they pass 7/8 full, so a store that never fills never pays
- * for its max_entries. With presize=1 they start sized for max_entries, at
+ * for its max_entries, up to the size a shard's share of max_entries needs
+ * at 7/8 full (bound_slots), never past it: the last step does not double
+ * to the next power of two, so a full store's tags are as few as a
+ * presized one's. With presize=1 they start sized for max_entries, at
  * most 7/8 full when the store is (about 10.3 bytes per entry, the table's
  * size any number of slots, see home_of), and they and the records of
  * max_entries are faulted in at open (check_presize_fits): no rehash, no
@@ -431,7 +434,17 @@ static void remove_slot(shard *s, size_t i)
     s->tags[i] = 0;
 }
 
-/* Doubles the table before it passes MAX_LOAD; on allocation failure it
+/* The fewest slots that hold a shard's share of max_entries within
+ * MAX_LOAD, rounded up to whole cache lines of tags: the most a table
+ * needs, since a shard never holds more than per_shard_max. */
+static size_t bound_slots(const memory_store *m)
+{
+    size_t want = m->per_shard_max * MAX_LOAD_DEN / MAX_LOAD_NUM + 1;
+    return (want + 63) & ~(size_t)63;
+}
+
+/* Doubles the table before it passes MAX_LOAD, or grows it to bound_slots
+ * when that is less than double (see the top); on allocation failure it
  * grows denser instead, slower but correct while a slot stays empty. 1 when
  * the table moved (a slot found before is no longer in it), 0 when it did
  * not, ACEMQ_ENOMEM when it is full and could not grow. */
@@ -442,7 +455,10 @@ static int maybe_grow(memory_store *m, shard *s)
     /* The probe before every call has flushed already; the copy below must
      * never read a stale slot, so this stays cheap insurance. */
     flush_pending(s);
-    size_t n = cap * 2;
+    /* within_load(per_shard_max, bound_slots) holds, and a claim grows the
+     * table only below per_shard_max: bound_slots is more than cap here. */
+    size_t n = cap * 2, most = bound_slots(m);
+    if (n > most) n = most;
     uint8_t *tags = acemq__arena_alloc(&m->arena, n);
     slot *slots = tags ? acemq__arena_alloc(&m->arena, n * sizeof(slot)) : NULL;
     if (!slots) {
@@ -893,6 +909,18 @@ static void free_shards(memory_store *m, size_t nshards)
     acemq__arena_destroy(&m->arena); /* the tables */
 }
 
+size_t acemq__memory_idem_slots(acemq_idem *h)
+{
+    memory_store *m = h->self;
+    size_t slots = 0;
+    for (size_t i = 0; i < ((size_t)1 << m->shard_bits); i++) {
+        acemq__shard_lock_take(&m->shards[i].lock);
+        slots += m->shards[i].cap;
+        acemq__shard_lock_give(&m->shards[i].lock);
+    }
+    return slots;
+}
+
 static void mem_close(acemq_idem *h)
 {
     memory_store *m = h->self;
@@ -926,15 +954,12 @@ static unsigned pick_shard_bits(size_t max_entries)
     return bits;
 }
 
-/* The slots a shard starts with: INITIAL_SLOTS, or with presize the fewest
- * that hold its share of max_entries within MAX_LOAD, so that it never
- * grows (see the top), rounded up to whole cache lines of tags. */
+/* The slots a shard starts with: INITIAL_SLOTS, or with presize all it will
+ * ever have (bound_slots), so that it never grows (see the top). */
 static size_t initial_slots(const memory_store *m, int presize)
 {
-    if (!presize) return INITIAL_SLOTS;
-    size_t want = m->per_shard_max * MAX_LOAD_DEN / MAX_LOAD_NUM + 1;
-    want = (want + 63) & ~(size_t)63;
-    return want < INITIAL_SLOTS ? INITIAL_SLOTS : want;
+    size_t most = bound_slots(m);
+    return !presize || most < INITIAL_SLOTS ? INITIAL_SLOTS : most;
 }
 
 /* Every shard's first table; presized ones faulted in (see the top). 0, or

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "acemq/acemq.h"
+#include "idem/idem_backend.h"
 #include "memory_pages.h"
 
 #define T0 1700000000000LL
@@ -184,23 +185,24 @@ static void presized_bound_holds(void **state)
     check_sharded_bound("memory:?max_entries=65536&presize=1");
 }
 
-/* A presized table has as many slots as its share of max_entries needs, not
- * a power of two (1,000 entries: one shard, 1,152 slots, 87% full when the
- * store is), so probe runs wrap at its end. Filled to the bound with live
- * claims, every id is found, the next claim is refused, and releasing every
- * third (each release shifts later members of a run back, across the end
- * too) leaves each id findable or claimable as it should be. */
-static void a_presized_table_of_any_size_keeps_every_id(void **state)
+/* A table that holds a shard's share of max_entries has as many slots as
+ * that needs, not a power of two (1,000 entries: one shard, 1,152 slots,
+ * 87% full when the store is), so probe runs wrap at its end. Filled to the
+ * bound with live claims, every id is found, the next claim is refused,
+ * and releasing every third (each release shifts later members of a run
+ * back, across the end too) leaves each id findable or claimable as it
+ * should be. */
+static void check_table_of_any_size(const char *url)
 {
-    (void)state;
     enum { N = 1000 };
-    fixture *f = open_bounded("memory:?max_entries=1000&presize=1");
+    fixture *f = open_bounded(url);
     static uint64_t tokens[N];
     acemq_claim c;
     for (int i = 0; i < N; i++) {
         assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
         tokens[i] = c.token;
     }
+    assert_int_equal(acemq__memory_idem_slots(f->store), 1152);
     assert_int_equal(claim_n(f, N, &c), ACEMQ_EFULL);
     for (int i = 0; i < N; i++)
         assert_int_equal(claim_n(f, i, &c), ACEMQ_IN_PROGRESS);
@@ -218,6 +220,33 @@ static void a_presized_table_of_any_size_keeps_every_id(void **state)
         assert_int_equal(confirm_n(f, i, tokens[i]), 0);
     for (int i = 0; i < N; i++)
         assert_true(is_confirmed_n(f, i));
+    assert_int_equal(acemq__memory_idem_slots(f->store), 1152);
+    close_fixture(f);
+}
+
+/* presize=1: the table has its 1,152 slots from the open. */
+static void a_presized_table_of_any_size_keeps_every_id(void **state)
+{
+    (void)state;
+    check_table_of_any_size("memory:?max_entries=1000&presize=1");
+}
+
+/* A growing table doubles (64, 128, ... 1,024 slots) and then takes the
+ * 1,152 that max_entries needs, not 2,048. */
+static void a_growing_table_stops_at_what_max_entries_needs(void **state)
+{
+    (void)state;
+    check_table_of_any_size("memory:?max_entries=1000");
+}
+
+/* Sharded: 64 shards of 1,024 entries each grow to 1,216 slots (1,024 at
+ * 7/8 full, in whole lines of tags), not 2,048, however many ids pass. */
+static void sharded_tables_stop_at_what_max_entries_needs(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=65536");
+    claim_and_confirm_first(f, 100000);
+    assert_int_equal(acemq__memory_idem_slots(f->store), 64 * 1216);
     close_fixture(f);
 }
 
@@ -696,6 +725,8 @@ int main(void)
         cmocka_unit_test(sharded_bound_holds),
         cmocka_unit_test(presized_bound_holds),
         cmocka_unit_test(a_presized_table_of_any_size_keeps_every_id),
+        cmocka_unit_test(a_growing_table_stops_at_what_max_entries_needs),
+        cmocka_unit_test(sharded_tables_stop_at_what_max_entries_needs),
         cmocka_unit_test(a_presize_past_the_machine_is_refused),
         cmocka_unit_test(a_presize_past_its_cgroup_is_refused),
         cmocka_unit_test(a_presized_store_is_resident_at_open),
