@@ -117,7 +117,8 @@ void acemq__idem_free(acemq_idem *h);
 /* Backend entry points: each fills h->methods and h->self, or returns an
  * error with its text already on h. */
 int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url);
-/* The slots of all a memory store's tables (tests: how far they grew). */
+/* The slots of all the tables of h, which must be a memory store (tests:
+ * how far they grew). */
 size_t acemq__memory_idem_slots(acemq_idem *h);
 int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url);
 
