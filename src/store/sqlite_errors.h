@@ -6,8 +6,13 @@
 #define ACEMQ_STORE_SQLITE_ERRORS_H
 
 #include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "acemq/common.h"
+
+/* Room for SQLite's words and the system's (acemq__sqlite_words). */
+#define ACEMQ__SQLITE_WORDS 512
 
 static inline int acemq__sqlite_code(int rc)
 {
@@ -29,6 +34,70 @@ static inline int acemq__sqlite_code(int rc)
     default:
         return ACEMQ_EBACKEND;
     }
+}
+
+/* The name of an I/O error's extended code, which says what SQLite was
+ * doing when the system refused (SQLite's words alone are "disk I/O error"
+ * for all of them); NULL for another code. */
+static inline const char *acemq__sqlite_ioerr_name(int extended)
+{
+    switch (extended) {
+    case SQLITE_IOERR_READ:
+        return "SQLITE_IOERR_READ";
+    case SQLITE_IOERR_SHORT_READ:
+        return "SQLITE_IOERR_SHORT_READ";
+    case SQLITE_IOERR_WRITE:
+        return "SQLITE_IOERR_WRITE";
+    case SQLITE_IOERR_FSYNC:
+        return "SQLITE_IOERR_FSYNC";
+    case SQLITE_IOERR_DIR_FSYNC:
+        return "SQLITE_IOERR_DIR_FSYNC";
+    case SQLITE_IOERR_TRUNCATE:
+        return "SQLITE_IOERR_TRUNCATE";
+    case SQLITE_IOERR_FSTAT:
+        return "SQLITE_IOERR_FSTAT";
+    case SQLITE_IOERR_DELETE:
+        return "SQLITE_IOERR_DELETE";
+    case SQLITE_IOERR_SHMOPEN:
+        return "SQLITE_IOERR_SHMOPEN";
+    case SQLITE_IOERR_SHMSIZE:
+        return "SQLITE_IOERR_SHMSIZE";
+    case SQLITE_IOERR_SHMMAP:
+        return "SQLITE_IOERR_SHMMAP";
+    case SQLITE_IOERR_MMAP:
+        return "SQLITE_IOERR_MMAP";
+    default:
+        return NULL;
+    }
+}
+
+/* SQLite's words for db's last error (rc's when there is no connection)
+ * and, when the operating system failed it (an I/O error, a full disk, a
+ * file that cannot be opened or written), what SQLite was doing and the
+ * system's reason where SQLite kept it (sqlite3_system_errno):
+ * "disk I/O error (SQLITE_IOERR_WRITE)", "unable to open database file (No
+ * such file or directory)". Without them an operator has to guess between a
+ * full disk, a size or quota limit and a permission. buf holds
+ * ACEMQ__SQLITE_WORDS bytes. */
+static inline const char *acemq__sqlite_words(sqlite3 *db, int rc, char *buf)
+{
+    const char *words = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    switch (rc & 0xff) {
+    case SQLITE_IOERR:
+    case SQLITE_FULL:
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+        break;
+    default:
+        return words;
+    }
+    const char *doing = db ? acemq__sqlite_ioerr_name(sqlite3_extended_errcode(db)) : NULL;
+    int sys = db ? sqlite3_system_errno(db) : 0;
+    if (!doing && sys == 0) return words;
+    int n = snprintf(buf, ACEMQ__SQLITE_WORDS, "%s (%s%s%s)", words, doing ? doing : "",
+                     doing && sys ? ": " : "", sys ? strerror(sys) : "");
+    return n < 0 ? words : buf;
 }
 
 #endif

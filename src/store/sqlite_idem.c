@@ -171,7 +171,8 @@ static int sq_fail(acemq_idem *h, sqlite3 *db, int rc)
     if (code == ACEMQ_EBUSY && s && s->owns_db)
         return acemq__idem_fail(h, code, "sqlite: %s (still locked after busy_timeout_ms=%d)",
                                 sqlite3_errmsg(db), s->busy.timeout_ms);
-    return acemq__idem_fail(h, code, "sqlite: %s", sqlite3_errmsg(db));
+    char buf[ACEMQ__SQLITE_WORDS];
+    return acemq__idem_fail(h, code, "sqlite: %s", acemq__sqlite_words(db, rc, buf));
 }
 
 /* ---- the writer queue and checkpoints -------------------------------------- *
@@ -975,8 +976,9 @@ int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url)
     int src = sqlite3_open_v2(
         path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (src != SQLITE_OK) {
+        char buf[ACEMQ__SQLITE_WORDS];
         rc = acemq__idem_fail(h, acemq__sqlite_code(src), "sqlite: cannot open '%s': %s", path,
-                              db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
+                              acemq__sqlite_words(db, src, buf));
         (void)sqlite3_close_v2(db);
         sq_free_state(s);
         return rc;

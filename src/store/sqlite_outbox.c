@@ -134,8 +134,9 @@ typedef struct sq {
 
 static int sq_fail(acemq_outbox *h, sqlite3 *db, int rc, const char *doing)
 {
+    char buf[ACEMQ__SQLITE_WORDS];
     return acemq__outbox_fail(h, acemq__sqlite_code(rc), "sqlite: %s: %s", doing,
-                              db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+                              acemq__sqlite_words(db, rc, buf));
 }
 
 static int exec(acemq_outbox *h, sqlite3 *db, const char *sql)
@@ -220,9 +221,11 @@ int acemq_outbox_add_sqlite(sqlite3 *db, const acemq_outbox_record *r,
             rc = acemq__outbox_fail_thread(ACEMQ_EEXIST, "add: a record with id '%s' exists", id);
         else if (rc == SQLITE_DONE)
             rc = 0;
-        else
+        else {
+            char buf[ACEMQ__SQLITE_WORDS];
             rc = acemq__outbox_fail_thread(acemq__sqlite_code(rc), "sqlite: add: %s",
-                                           sqlite3_errmsg(db));
+                                           acemq__sqlite_words(db, rc, buf));
+        }
     } else {
         rc =
             acemq__outbox_fail_thread(acemq__sqlite_code(b), "sqlite: add: %s", sqlite3_errmsg(db));
@@ -562,8 +565,9 @@ int acemq__outbox_open_sqlite(acemq_outbox *h, const acemq__url *url)
     int rc = sqlite3_open_v2(
         url->rest, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
+        char buf[ACEMQ__SQLITE_WORDS];
         (void)acemq__outbox_fail(h, acemq__sqlite_code(rc), "sqlite: opening %s: %s", url->rest,
-                                 s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+                                 acemq__sqlite_words(s->db, rc, buf));
         sq_close(h);
         h->methods = NULL;
         return acemq__sqlite_code(rc);

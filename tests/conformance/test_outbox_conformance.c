@@ -4,6 +4,7 @@
  * Time moves only through the fixture's manual clock: back-off, leases and
  * retention are tested by moving it, never by sleeping.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -573,6 +574,8 @@ static void unopenable_urls_say_why(void **state)
     assert_null(h);
     assert_non_null(
         strstr(acemq_outbox_errmsg(NULL), "opening /nonexistent-acemq-dir/sub/outbox.db"));
+    /* with the system's reason, which SQLite kept */
+    assert_non_null(strstr(acemq_outbox_errmsg(NULL), strerror(ENOENT)));
 }
 
 static void a_slow_writer_is_not_skipped(void **state)

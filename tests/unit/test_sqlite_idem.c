@@ -4,8 +4,10 @@
  * in-process writer queue and the windowed purge of abandoned claims.
  *
  * Time moves only through a manual clock; nothing sleeps. */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -446,6 +449,8 @@ static void unwritable_path(void **state)
     const char *msg = acemq_idem_errmsg(h);
     if (!strstr(msg, "unable to open database file")) fail_msg("errmsg: %s", msg);
     assert_non_null(strstr(msg, "no/such/dir"));
+    /* and the system's reason, which SQLite kept */
+    if (!strstr(msg, strerror(ENOENT))) fail_msg("errmsg without the reason: %s", msg);
     assert_null(h->self);
     acemq__idem_free(h);
 
@@ -460,6 +465,85 @@ static void unwritable_path(void **state)
     msg = acemq_idem_errmsg(h);
     if (!strstr(msg, "not a database")) fail_msg("errmsg: %s", msg);
     acemq__idem_free(h);
+}
+
+/* The id of pair i in the file-size test. */
+static int size_id(char *buf, size_t len, int i)
+{
+    return snprintf(buf, len, "order-%08d-with-some-length", i);
+}
+
+/* In a child: the store opened, then every file the process writes limited
+ * to 256 KiB (RLIMIT_FSIZE, SIGXFSZ ignored: a write past it fails with
+ * EFBIG, as on a file system that refuses to grow the file), claims and
+ * confirms until a call fails. Reports the last confirmed pair and the one
+ * that failed on fd; exits 0 when the failure was ACEMQ_EIO naming what
+ * SQLite was doing. */
+static void fill_under_size_limit(fixture *f, int fd)
+{
+    if (signal(SIGXFSZ, SIG_IGN) == SIG_ERR) _exit(2);
+    acemq_idem *h = open_url(f, f->url);
+    struct rlimit limit = {256 << 10, 256 << 10};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(2);
+    int report[2] = {-1, -1}, rc = 0;
+    char id[64];
+    for (int i = 0; i < 200000 && rc == 0; i++) {
+        int n = size_id(id, sizeof id, i);
+        acemq_claim c;
+        rc = acemq_idem_try_claim(h, id, (size_t)n, NULL, &c);
+        if (rc == ACEMQ_CLAIMED) rc = acemq_idem_confirm(h, id, (size_t)n, c.token);
+        if (rc == 0)
+            report[0] = i;
+        else
+            report[1] = i;
+    }
+    const char *msg = acemq_idem_errmsg(h);
+    int ok = rc == ACEMQ_EIO && strstr(msg, "sqlite: disk I/O error (SQLITE_IOERR_WRITE");
+    if (!ok) fprintf(stderr, "at pair %d: %s: %s\n", report[1], acemq_err_name(rc), msg);
+    if (write(fd, report, sizeof report) != (ssize_t)sizeof report) _exit(2);
+    _exit(ok ? 0 : 1);
+}
+
+/* A file system that will not let the database grow (here a file size
+ * limit; a full disk or a quota the same way): the call that meets it fails
+ * with ACEMQ_EIO and says what SQLite was doing, and nothing is lost or
+ * half-written: reopened without the limit, every pair confirmed before
+ * is confirmed, and the one that failed is not, and can be claimed once
+ * its lease (if its claim was written) runs out. */
+static void a_file_that_cannot_grow_fails_loudly_and_loses_nothing(void **state)
+{
+    fixture *f = *state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        (void)close(p[0]);
+        fill_under_size_limit(f, p[1]);
+    }
+    assert_int_equal(close(p[1]), 0);
+    int report[2] = {-1, -1}, status = 0;
+    assert_int_equal(read(p[0], report, sizeof report), (ssize_t)sizeof report);
+    assert_int_equal(close(p[0]), 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(report[0] > 0);
+    assert_int_equal(report[1], report[0] + 1);
+
+    acemq_idem *h = open_url(f, f->url);
+    char id[64];
+    for (int i = 0; i <= report[0]; i++) {
+        int n = size_id(id, sizeof id, i);
+        if (acemq_idem_is_confirmed(h, id, (size_t)n) != 1) fail_msg("pair %d was lost", i);
+    }
+    int n = size_id(id, sizeof id, report[1]);
+    assert_int_equal(acemq_idem_is_confirmed(h, id, (size_t)n), 0);
+    acemq_manual_clock_advance(f->clock, LEASE + 1);
+    acemq_claim c;
+    assert_int_equal(acemq_idem_try_claim(h, id, (size_t)n, NULL, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm(h, id, (size_t)n, c.token), 0);
+    acemq_idem_close(h);
 }
 
 /* A writer that holds the lock past busy_timeout_ms makes the call fail with
@@ -884,6 +968,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(url_parameters, setup, teardown),
         cmocka_unit_test_setup_teardown(unwritable_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_file_that_cannot_grow_fails_loudly_and_loses_nothing,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(busy_gives_up, setup, teardown),
         cmocka_unit_test_setup_teardown(binary_ids_verbatim, setup, teardown),
         cmocka_unit_test_setup_teardown(tokens_grow, setup, teardown),
