@@ -72,9 +72,9 @@ static inline const char *acemq__sqlite_ioerr_name(int extended)
 }
 
 /* SQLite's words for db's last error (rc's when there is no connection)
- * and, when the operating system failed it (an I/O error, a full disk, a
- * file that cannot be opened or written), what SQLite was doing and the
- * system's reason where SQLite kept it (sqlite3_system_errno):
+ * and, when the operating system failed it (an I/O error, a file that
+ * cannot be opened), what SQLite was doing and the system's reason where
+ * SQLite kept it (sqlite3_system_errno):
  * "disk I/O error (SQLITE_IOERR_WRITE)", "unable to open database file (No
  * such file or directory)". Without them an operator has to guess between a
  * full disk, a size or quota limit and a permission. buf holds
@@ -82,18 +82,13 @@ static inline const char *acemq__sqlite_ioerr_name(int extended)
 static inline const char *acemq__sqlite_words(sqlite3 *db, int rc, char *buf)
 {
     const char *words = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    switch (rc & 0xff) {
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-        break;
-    default:
-        return words;
-    }
-    const char *doing = db ? acemq__sqlite_ioerr_name(sqlite3_extended_errcode(db)) : NULL;
-    int sys = db ? sqlite3_system_errno(db) : 0;
+    /* SQLite records the system's errno for these two classes only (for a
+     * full disk its words say it already); for others it may be an earlier
+     * error's. */
+    int primary = rc & 0xff;
+    if (!db || (primary != SQLITE_IOERR && primary != SQLITE_CANTOPEN)) return words;
+    const char *doing = acemq__sqlite_ioerr_name(sqlite3_extended_errcode(db));
+    int sys = sqlite3_system_errno(db);
     if (!doing && sys == 0) return words;
     int n = snprintf(buf, ACEMQ__SQLITE_WORDS, "%s (%s%s%s)", words, doing ? doing : "",
                      doing && sys ? ": " : "", sys ? strerror(sys) : "");
