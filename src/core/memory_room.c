@@ -7,8 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "core/prefault.h"
+#include <unistd.h>
 
 #define MIB ((unsigned long long)1 << 20)
 /* cgroup v1 says "no limit" with the largest page-aligned signed 64-bit
@@ -59,21 +58,26 @@ static int find_field(const char *text, const char *key, unsigned long long *out
     return -1;
 }
 
+/* read_text of dir/name. */
+static int read_in(const char *dir, const char *name, char *buf)
+{
+    char path[PATH_BYTES];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= sizeof path ? -1 : read_text(path, buf);
+}
+
 /* The number in dir/name, or -1 when there is none. */
 static int read_number(const char *dir, const char *name, unsigned long long *out)
 {
-    char path[PATH_BYTES], buf[FILE_BYTES];
-    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (n < 0 || (size_t)n >= sizeof path || read_text(path, buf) != 0) return -1;
-    return parse_number(buf, out);
+    char buf[FILE_BYTES];
+    return read_in(dir, name, buf) != 0 ? -1 : parse_number(buf, out);
 }
 
 /* The sum of the named fields of dir/memory.stat; 0 when it has none. */
 static unsigned long long stat_sum(const char *dir, const char *a, const char *b)
 {
-    char path[PATH_BYTES], buf[FILE_BYTES];
-    int n = snprintf(path, sizeof path, "%s/memory.stat", dir);
-    if (n < 0 || (size_t)n >= sizeof path || read_text(path, buf) != 0) return 0;
+    char buf[FILE_BYTES];
+    if (read_in(dir, "memory.stat", buf) != 0) return 0;
     unsigned long long x = 0, y = 0, sum = 0;
     if (find_field(buf, a, &x) == 0) sum += x;
     if (b && find_field(buf, b, &y) == 0) sum += y;
@@ -181,6 +185,13 @@ static void cgroups(acemq__memory_room *out, const char *proc_cgroup, const char
             if (n >= 0 && (size_t)n < sizeof base) walk_up(out, base, path, cgroup_v2);
         }
     }
+}
+
+size_t acemq__physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0;
+    return (size_t)pages > SIZE_MAX / (size_t)page ? SIZE_MAX : (size_t)pages * (size_t)page;
 }
 
 static void machine(acemq__memory_room *out, const char *meminfo)

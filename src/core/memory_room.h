@@ -24,6 +24,9 @@ typedef struct acemq__memory_room {
     char bound[256]; /* what sets bytes, for an error message; "" if nothing */
 } acemq__memory_room;
 
+/* Bytes of physical memory, or 0 when the system does not say. */
+size_t acemq__physical_memory(void);
+
 /* The room now, from /proc/meminfo, /proc/self/cgroup and /sys/fs/cgroup. */
 void acemq__memory_room_get(acemq__memory_room *out);
 

@@ -30,11 +30,3 @@ int acemq__prefault(void *p, size_t size)
     return 0;
 #endif
 }
-
-size_t acemq__physical_memory(void)
-{
-    long pages = sysconf(_SC_PHYS_PAGES);
-    if (pages <= 0) return 0;
-    uintptr_t page = page_size();
-    return (size_t)pages > SIZE_MAX / page ? SIZE_MAX : (size_t)pages * page;
-}

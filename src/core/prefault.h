@@ -24,7 +24,4 @@
  * one for a range that is not writable, which callers never pass.) */
 int acemq__prefault(void *p, size_t size);
 
-/* Bytes of physical memory, or 0 when the system does not say. */
-size_t acemq__physical_memory(void);
-
 #endif

@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include "core/memory_room.h"
-#include "core/prefault.h"
 
 #define MIB ((size_t)1 << 20)
 #define V1_UNLIMITED "9223372036854771712\n"
@@ -182,6 +181,15 @@ static void without_meminfo_physical_memory_bounds(void **state)
     assert_int_equal(none.bytes, physical);
 }
 
+/* sysconf's figure: some memory, in whole pages. */
+static void physical_memory_is_known(void **state)
+{
+    (void)state;
+    size_t have = acemq__physical_memory();
+    assert_true(have >= ((size_t)64 << 20));
+    assert_int_equal(have % (size_t)sysconf(_SC_PAGESIZE), 0);
+}
+
 /* The real files: whatever bounds this process, it is some memory, and
  * says what it is. */
 static void this_process_has_room(void **state)
@@ -203,6 +211,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(the_smallest_room_of_all_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(what_does_not_parse_bounds_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(without_meminfo_physical_memory_bounds, setup, teardown),
+        cmocka_unit_test(physical_memory_is_known),
         cmocka_unit_test(this_process_has_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
