@@ -120,6 +120,10 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url);
 /* The slots of all the tables of h, which must be a memory store (tests:
  * how far they grew). */
 size_t acemq__memory_idem_slots(acemq_idem *h);
+/* Waits until h's records are faulted in as far as its populator was asked
+ * (memory_records.h), and says how far: bytes of records, 0 when it has no
+ * populator at work. h must be a memory store; for tests. */
+size_t acemq__memory_idem_wait_ahead(acemq_idem *h);
 int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url);
 
 #endif

@@ -30,7 +30,10 @@
  * Tables come from the store's arena (memory_arena.h), records from its
  * region (memory_records.h), both in transparent huge pages once they are
  * big: a million ids fault in some fifty 2 MiB pages instead of 20,000
- * small ones, and a probe of a big table does not miss the TLB.
+ * small ones, and a probe of a big table does not miss the TLB. Unless
+ * prefault_ahead=0, the region faults its records in ahead of the claims on
+ * a thread of its own, so that a claim seldom waits for the kernel to zero
+ * a page (memory_records.h).
  *
  * Since one call cannot hide that read, try_claim_many() takes a batch: it
  * hashes every id and prefetches its slot first, so the reads overlap, then
@@ -921,6 +924,12 @@ size_t acemq__memory_idem_slots(acemq_idem *h)
     return slots;
 }
 
+size_t acemq__memory_idem_wait_ahead(acemq_idem *h)
+{
+    memory_store *m = h->self;
+    return acemq__records_wait_ahead(&m->records);
+}
+
 static void mem_close(acemq_idem *h)
 {
     memory_store *m = h->self;
@@ -1005,7 +1014,7 @@ static int check_presize_fits(acemq_idem *h)
 
 int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
 {
-    static const char *const known[] = {"max_entries", "presize", NULL};
+    static const char *const known[] = {"max_entries", "presize", "prefault_ahead", NULL};
     const char *bad = NULL;
     if (acemq__url_check_params(url, known, &bad) != 0)
         return acemq__idem_fail(h, ACEMQ_EURL, "memory: unknown URL parameter '%s'", bad);
@@ -1026,6 +1035,9 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
     int64_t presize = 0;
     if (acemq__url_param_int(url, "presize", 0, 1, &presize) != 0)
         return acemq__idem_fail(h, ACEMQ_EURL, "memory: presize must be 0 or 1");
+    int64_t ahead = 1;
+    if (acemq__url_param_int(url, "prefault_ahead", 0, 1, &ahead) != 0)
+        return acemq__idem_fail(h, ACEMQ_EURL, "memory: prefault_ahead must be 0 or 1");
 
     if (presize) {
         int rc = check_presize_fits(h);
@@ -1041,8 +1053,9 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
     m->per_shard_max = h->opts.max_entries / nshards;
     m->retention_ms = h->opts.retention_ms;
     m->shards = calloc(nshards, sizeof *m->shards);
-    int rc =
-        m->shards ? acemq__records_init(&m->records, m->per_shard_max * nshards) : ACEMQ_ENOMEM;
+    int rc = m->shards ? acemq__records_init(&m->records, m->per_shard_max * nshards,
+                                             (int)ahead && !presize)
+                       : ACEMQ_ENOMEM;
     int fault_errno = 0;
     if (rc == 0) rc = allocate_slots(m, nshards, (int)presize, &fault_errno);
     if (rc == 0 && presize && acemq__records_prefault(&m->records) != 0) {

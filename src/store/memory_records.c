@@ -12,8 +12,12 @@
 
 #define FIRST_COMMIT ((size_t)256 << 10)
 #define MAX_COMMIT_STEP ((size_t)64 << 20)
+/* How far past the records taken the populator keeps the region faulted
+ * in: four huge pages, some 130,000 records, 25 ms of claims at 5 million a
+ * second, against 1-8 ms to fault them in (memory_records.h). */
+#define AHEAD_BYTES ((size_t)8 << 20)
 
-int acemq__records_init(acemq__records *r, size_t capacity)
+int acemq__records_init(acemq__records *r, size_t capacity, int ahead)
 {
     memset(r, 0, sizeof *r);
     if (capacity == 0 || capacity > ((size_t)1 << 32)) return ACEMQ_ENOMEM;
@@ -27,6 +31,8 @@ int acemq__records_init(acemq__records *r, size_t capacity)
     r->base = p;
     r->reserved = len;
     r->capacity = capacity;
+    r->ahead = ahead;
+    acemq__populator_init(&r->populator, p);
     return 0;
 }
 
@@ -52,6 +58,25 @@ static int commit(acemq__records *r, size_t need)
     return 0;
 }
 
+/* Past the first huge page (a small store starts no thread), keeps the
+ * populator AHEAD_BYTES past the records taken, in steps of half that.
+ * Under r->lock. A commit refused here is not the caller's failure: the
+ * populator is asked for what is committed, and take() commits what it
+ * needs as before. */
+static void ask_ahead(acemq__records *r)
+{
+    size_t used = r->taken * ACEMQ__RECORD_SIZE;
+    if (!r->ahead || used < ACEMQ__HUGE_PAGE || r->asked >= r->reserved ||
+        r->asked >= used + AHEAD_BYTES / 2)
+        return;
+    size_t upto = used + AHEAD_BYTES < r->reserved ? used + AHEAD_BYTES : r->reserved;
+    (void)commit(r, upto);
+    if (upto > r->committed) upto = r->committed;
+    if (upto <= r->asked) return;
+    r->asked = upto;
+    acemq__populator_ask(&r->populator, upto);
+}
+
 void *acemq__records_take(acemq__records *r, size_t count)
 {
     void *p = NULL;
@@ -60,6 +85,7 @@ void *acemq__records_take(acemq__records *r, size_t count)
         commit(r, (r->taken + count) * ACEMQ__RECORD_SIZE) == 0) {
         p = r->base + r->taken * ACEMQ__RECORD_SIZE;
         r->taken += count;
+        ask_ahead(r);
     }
     pthread_mutex_unlock(&r->lock);
     return p;
@@ -70,15 +96,25 @@ int acemq__records_prefault(acemq__records *r)
     pthread_mutex_lock(&r->lock);
     int rc = commit(r, r->capacity * ACEMQ__RECORD_SIZE);
     if (rc == 0) rc = acemq__prefault(r->base, r->committed);
-    int saved = errno; /* for the caller, whatever the unlock does to it */
+    if (rc == 0) r->asked = r->reserved; /* nothing left to fault in ahead */
+    int saved = errno;                   /* for the caller, whatever the unlock does to it */
     pthread_mutex_unlock(&r->lock);
     errno = saved;
     return rc;
 }
 
+size_t acemq__records_wait_ahead(acemq__records *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t asked = r->asked;
+    pthread_mutex_unlock(&r->lock);
+    return acemq__populator_wait(&r->populator, asked);
+}
+
 void acemq__records_destroy(acemq__records *r)
 {
     if (!r->base) return;
+    acemq__populator_stop(&r->populator);
     /* Unmapping a whole mapping of our own cannot fail. */
     (void)munmap(r->base, r->reserved);
     r->base = NULL;

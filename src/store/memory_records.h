@@ -17,6 +17,14 @@
  * (memory_arena.h). Memory comes back zeroed and is never given back before
  * the region is destroyed.
  *
+ * Records are taken in order, so what the next claims will write is known:
+ * once a store has taken its first 2 MiB, the region keeps the next
+ * AHEAD_BYTES past the records taken committed and asks its populator
+ * (core/populator.h) to fault them in on a thread of its own, so that a
+ * claim seldom stops for the kernel to zero a page. A region made with
+ * ahead = 0 (the store's prefault_ahead=0) starts no thread; its pages come
+ * on first touch.
+ *
  * Safe for concurrent use: shards take records under the region's mutex,
  * which only a new run of records takes (not every claim).
  */
@@ -26,6 +34,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/populator.h"
 
 /* Every record is one cache line. */
 #define ACEMQ__RECORD_SIZE 64
@@ -37,11 +47,15 @@ typedef struct acemq__records {
     size_t taken;        /* records handed out, from base on */
     size_t committed;    /* bytes from base that are readable and writable */
     size_t reserved;     /* bytes reserved from base, all of the mapping */
+    int ahead;           /* fault in ahead of the records taken */
+    size_t asked;        /* bytes from base the populator was asked for */
+    acemq__populator populator;
 } acemq__records;
 
-/* Reserves room for capacity records (1..2^32). 0, or ACEMQ_ENOMEM when the
- * address space or the mutex could not be had. */
-int acemq__records_init(acemq__records *r, size_t capacity);
+/* Reserves room for capacity records (1..2^32), faulted in ahead of use
+ * when ahead is not 0 (see above). 0, or ACEMQ_ENOMEM when the address
+ * space or the mutex could not be had. */
+int acemq__records_init(acemq__records *r, size_t capacity, int ahead);
 /* count contiguous records, zeroed, each ACEMQ__RECORD_SIZE bytes on a cache
  * line; NULL when fewer than count are left or memory cannot be committed. */
 void *acemq__records_take(acemq__records *r, size_t count);
@@ -49,7 +63,10 @@ void *acemq__records_take(acemq__records *r, size_t count);
  * that no take() waits for the kernel: for a store opened with presize=1.
  * 0, or -1 with errno set (ENOMEM: not enough memory). */
 int acemq__records_prefault(acemq__records *r);
-/* Unmaps everything; every record is then invalid. */
+/* Waits until the populator has faulted in what it was asked for, or gave
+ * up; returns the bytes from base it has faulted in. For tests. */
+size_t acemq__records_wait_ahead(acemq__records *r);
+/* Stops the populator and unmaps everything; every record is then invalid. */
 void acemq__records_destroy(acemq__records *r);
 
 /* The record at index i, and the index of record p (taken from r). */

@@ -273,6 +273,32 @@ static void a_presized_store_is_resident_at_open(void **state)
     acemq_idem_close(h);
 }
 
+/* A store that grows past its first 2 MiB of records has them faulted in
+ * ahead of its claims on a thread of its own; prefault_ahead=0 turns that
+ * off, and a presized store, in at open already, needs none. Every id
+ * claimed stays claimed and confirmed either way. */
+static void a_growing_store_faults_in_ahead_unless_told_not_to(void **state)
+{
+    (void)state;
+    if (!kernel_populates()) skip();
+    static const char *const urls[] = {"memory:?max_entries=1000000",
+                                       "memory:?max_entries=1000000&prefault_ahead=0",
+                                       "memory:?max_entries=1000000&prefault_ahead=1&presize=1"};
+    enum { N = 100000 }; /* 6.1 MiB of records, taken in runs */
+    for (size_t k = 0; k < 3; k++) {
+        fixture *f = open_bounded(urls[k]);
+        claim_and_confirm_first(f, N);
+        size_t ahead = acemq__memory_idem_wait_ahead(f->store);
+        if (k == 0)
+            assert_true(ahead >= (size_t)N * 64 + ((size_t)4 << 20));
+        else
+            assert_int_equal(ahead, 0);
+        for (int i = 0; i < N; i += 97)
+            assert_int_equal(is_confirmed_n(f, i), 1);
+        close_fixture(f);
+    }
+}
+
 /* presize=1 takes all of max_entries' memory at open (75 bytes an entry):
  * for the largest bound, 75 GiB, more than a test machine has, the open is
  * refused with ACEMQ_ENOMEM and says why, before anything is faulted in. On
@@ -712,6 +738,9 @@ static void url_errors(void **state)
     assert_int_equal(acemq_idem_open(&h, "memory:?presize=2", NULL), ACEMQ_EURL);
     assert_int_equal(acemq_idem_open(&h, "memory:?presize=yes", NULL), ACEMQ_EURL);
     assert_int_equal(acemq_idem_open(&h, "memory:?presize=", NULL), ACEMQ_EURL);
+    assert_int_equal(acemq_idem_open(&h, "memory:?prefault_ahead=2", NULL), ACEMQ_EURL);
+    assert_non_null(strstr(acemq_idem_errmsg(NULL), "prefault_ahead must be 0 or 1"));
+    assert_int_equal(acemq_idem_open(&h, "memory:?prefault_ahead=no", NULL), ACEMQ_EURL);
     assert_null(h);
 }
 
@@ -728,6 +757,7 @@ int main(void)
         cmocka_unit_test(a_presize_past_the_machine_is_refused),
         cmocka_unit_test(a_presize_past_its_cgroup_is_refused),
         cmocka_unit_test(a_presized_store_is_resident_at_open),
+        cmocka_unit_test(a_growing_store_faults_in_ahead_unless_told_not_to),
         cmocka_unit_test(short_and_long_ids),
         cmocka_unit_test(reused_records_start_clean),
         cmocka_unit_test(batch_on_a_full_store),
