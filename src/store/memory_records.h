@@ -18,8 +18,8 @@
  * the region is destroyed.
  *
  * Records are taken in order, so what the next claims will write is known:
- * once a store has taken its first 2 MiB, the region keeps the next
- * AHEAD_BYTES past the records taken committed and asks its populator
+ * once a store has taken its first 2 MiB, the region keeps the next 8 MiB
+ * past the records taken (AHEAD_BYTES) committed and asks its populator
  * (core/populator.h) to fault them in on a thread of its own, so that a
  * claim seldom stops for the kernel to zero a page. A region made with
  * ahead = 0 (the store's prefault_ahead=0) starts no thread; its pages come
