@@ -97,6 +97,19 @@ static void prefault_brings_every_record_in(void **state)
 
 #define MIB ((size_t)1 << 20)
 
+/* ThreadSanitizer ends a child that starts a thread after a fork of a
+ * process with threads: the fork test runs in the other builds. */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+
 /* Takes runs of 1,000 records until count are taken. */
 static void take_runs(acemq__records *r, size_t count)
 {
@@ -140,16 +153,7 @@ static void the_records_ahead_of_the_taken_come_in(void **state)
 static void a_forked_child_faults_in_on_a_thread_of_its_own(void **state)
 {
     (void)state;
-    if (!kernel_populates()) skip();
-        /* ThreadSanitizer ends a child that starts a thread after a fork of a
-         * process with threads: this one runs in the other builds. */
-#if defined(__SANITIZE_THREAD__)
-    skip();
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    skip();
-#endif
-#endif
+    if (!kernel_populates() || UNDER_TSAN) skip();
     acemq__records r;
     assert_int_equal(acemq__records_init(&r, 1000000, 1), 0);
     take_runs(&r, 60000);
