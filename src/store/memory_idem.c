@@ -14,15 +14,18 @@
  * for its max_entries, up to the size a shard's share of max_entries needs
  * at 7/8 full (bound_slots), never past it: the last step does not double
  * to the next power of two, so a full store's tags are as few as a
- * presized one's. With presize=1 they start sized for max_entries, at
- * most 7/8 full when the store is (about 10.3 bytes per entry, the table's
- * size any number of slots, see home_of), and they and the records of
- * max_entries are faulted in at open (check_presize_fits): no rehash, no
- * outgrown tables, and no claim that stops for the kernel to zero a page,
- * which on the test machine also streams the zeroed bytes through the
- * cache the tags need. Measured on a million new ids: about 30% more single
- * pairs per second than with tables rounded up to a power of two and
- * faulted in by the claims (docs/performance.md, eighth round).
+ * presized one's. The table takes bound_slots in one step from the last
+ * power of two under half of it, skipping the one between, whose rehash
+ * would move as many ids as all the steps before it. With presize=1 they
+ * start sized for max_entries, at most 7/8 full when the store is (about
+ * 10.3 bytes per entry, the table's size any number of slots, see
+ * home_of), and they and the records of max_entries are faulted in at open
+ * (check_presize_fits): no rehash, no outgrown tables, and no claim that
+ * stops for the kernel to zero a page, which on the test machine also
+ * streams the zeroed bytes through the cache the tags need. Measured on a
+ * million new ids: about 30% more single pairs per second than with tables
+ * rounded up to a power of two and faulted in by the claims
+ * (docs/performance.md, eighth round).
  *
  * A new id's slot is not written by its claim but by the shard's next
  * operation that reads slots (flush_pending): see there for why.
@@ -447,10 +450,11 @@ static size_t bound_slots(const memory_store *m)
 }
 
 /* Doubles the table before it passes MAX_LOAD, or grows it to bound_slots
- * when that is less than double (see the top); on allocation failure it
- * grows denser instead, slower but correct while a slot stays empty. 1 when
- * the table moved (a slot found before is no longer in it), 0 when it did
- * not, ACEMQ_ENOMEM when it is full and could not grow. */
+ * when the doubling after this one would pass that (see the top). On
+ * allocation failure it grows denser instead, slower but correct while a
+ * slot stays empty. 1 when the table moved (a slot found before is no
+ * longer in it), 0 when it did not, ACEMQ_ENOMEM when it is full and could
+ * not grow. */
 static int maybe_grow(memory_store *m, shard *s)
 {
     size_t cap = s->cap;
@@ -461,7 +465,7 @@ static int maybe_grow(memory_store *m, shard *s)
     /* within_load(per_shard_max, bound_slots) holds, and a claim grows the
      * table only below per_shard_max: bound_slots is more than cap here. */
     size_t n = cap * 2, most = bound_slots(m);
-    if (n > most) n = most;
+    if (n * 2 > most) n = most;
     uint8_t *tags = acemq__arena_alloc(&m->arena, n);
     slot *slots = tags ? acemq__arena_alloc(&m->arena, n * sizeof(slot)) : NULL;
     if (!slots) {

@@ -236,12 +236,22 @@ static void a_presized_table_of_any_size_keeps_every_id(void **state)
     check_table_of_any_size("memory:?max_entries=1000&presize=1");
 }
 
-/* A growing table doubles (64, 128, ... 1,024 slots) and then takes the
- * 1,152 that max_entries needs, not 2,048. */
+/* A growing table doubles (64, 128, 256, 512 slots) and then takes the
+ * 1,152 that max_entries needs, skipping 1,024, and never 2,048. */
 static void a_growing_table_stops_at_what_max_entries_needs(void **state)
 {
     (void)state;
     check_table_of_any_size("memory:?max_entries=1000");
+    /* The step: 448 ids fill 512 slots to 7/8, the 449th takes the table to
+     * 1,152 at once. */
+    fixture *f = open_bounded("memory:?max_entries=1000");
+    acemq_claim c;
+    for (int i = 0; i < 448; i++)
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq__memory_idem_slots(f->store), 512);
+    assert_int_equal(claim_n(f, 448, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq__memory_idem_slots(f->store), 1152);
+    close_fixture(f);
 }
 
 /* Pages this process has resident (/proc/self/statm), or -1. */
