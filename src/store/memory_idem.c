@@ -465,7 +465,7 @@ static int maybe_grow(memory_store *m, shard *s)
     /* within_load(per_shard_max, bound_slots) holds, and a claim grows the
      * table only below per_shard_max: bound_slots is more than cap here. */
     size_t n = cap * 2, most = bound_slots(m);
-    if (n * 2 > most) n = most;
+    if (n > most / 2) n = most; /* n * 2 > most, without overflow */
     uint8_t *tags = acemq__arena_alloc(&m->arena, n);
     slot *slots = tags ? acemq__arena_alloc(&m->arena, n * sizeof(slot)) : NULL;
     if (!slots) {
