@@ -10,15 +10,7 @@
 #include "core/prefault.h"
 
 #if defined(__linux__)
-#include <linux/futex.h>
-#include <sys/syscall.h>
-
-static void futex(atomic_uint *word, int op, unsigned val)
-{
-    /* The result is not needed: a wait returns early on a changed word or a
-     * signal, and every caller rechecks; a wake on our own word cannot fail. */
-    (void)syscall(SYS_futex, (unsigned *)word, op, val, NULL, NULL, 0);
-}
+#include "core/futex.h"
 
 static void *populate(void *arg)
 {
@@ -29,7 +21,7 @@ static void *populate(void *arg)
         size_t want = atomic_load_explicit(&p->want, memory_order_acquire);
         size_t done = atomic_load_explicit(&p->done, memory_order_relaxed);
         if (done >= want) {
-            futex(&p->wake, FUTEX_WAIT_PRIVATE, seen);
+            acemq__futex(&p->wake, FUTEX_WAIT_PRIVATE, seen);
             continue;
         }
         /* One huge page at a time, so a writer that catches up waits for one
@@ -42,7 +34,7 @@ static void *populate(void *arg)
             atomic_store_explicit(&p->done, done + step, memory_order_release);
         atomic_fetch_add_explicit(&p->moved, 1, memory_order_release);
         if (atomic_load_explicit(&p->waiters, memory_order_acquire))
-            futex(&p->moved, FUTEX_WAKE_PRIVATE, 0x7fffffff);
+            acemq__futex(&p->moved, FUTEX_WAKE_PRIVATE, 0x7fffffff);
         /* Out of memory, or a kernel that refuses the advice: the writer's
          * own touches fault the pages in, as without a populator. */
         if (refused) break;
@@ -68,22 +60,26 @@ static void start(acemq__populator *p)
     p->owner = self;
 }
 
+/* Tells a sleeping thread to look again (at want, or at stop). */
+static void wake_thread(acemq__populator *p)
+{
+    atomic_fetch_add_explicit(&p->wake, 1, memory_order_release);
+    acemq__futex(&p->wake, FUTEX_WAKE_PRIVATE, 1);
+}
+
 void acemq__populator_ask(acemq__populator *p, size_t upto)
 {
     if (upto <= atomic_load_explicit(&p->want, memory_order_relaxed)) return;
     atomic_store_explicit(&p->want, upto, memory_order_release);
     start(p);
-    if (!p->started) return;
-    atomic_fetch_add_explicit(&p->wake, 1, memory_order_release);
-    futex(&p->wake, FUTEX_WAKE_PRIVATE, 1);
+    if (p->started) wake_thread(p);
 }
 
 void acemq__populator_stop(acemq__populator *p)
 {
     if (!p->started || p->owner != getpid()) return;
     atomic_store_explicit(&p->stop, 1, memory_order_release);
-    atomic_fetch_add_explicit(&p->wake, 1, memory_order_release);
-    futex(&p->wake, FUTEX_WAKE_PRIVATE, 1);
+    wake_thread(p);
     (void)pthread_join(p->thread, NULL); /* our own joinable thread: cannot fail */
     p->started = 0;
 }
@@ -95,7 +91,7 @@ size_t acemq__populator_wait(acemq__populator *p, size_t upto)
         unsigned seen = atomic_load_explicit(&p->moved, memory_order_acquire);
         size_t done = atomic_load_explicit(&p->done, memory_order_acquire);
         if (done >= upto || !p->started || atomic_load(&p->gave_up)) break;
-        futex(&p->moved, FUTEX_WAIT_PRIVATE, seen);
+        acemq__futex(&p->moved, FUTEX_WAIT_PRIVATE, seen);
     }
     atomic_fetch_sub_explicit(&p->waiters, 1, memory_order_acq_rel);
     return atomic_load_explicit(&p->done, memory_order_acquire);

@@ -3,17 +3,7 @@
 #include "core/shard_lock.h"
 
 #if defined(__linux__)
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-static void futex(atomic_uint *word, int op, unsigned val)
-{
-    /* EAGAIN (the word changed before we slept) and EINTR both mean "look
-     * again", which the callers' loops do; nothing else can come back for
-     * a private futex on our own aligned word. */
-    (void)syscall(SYS_futex, (unsigned *)word, op, val, NULL, NULL, 0);
-}
+#include "core/futex.h"
 
 void acemq__shard_lock_wait(acemq__shard_lock *l)
 {
@@ -29,12 +19,12 @@ void acemq__shard_lock_wait(acemq__shard_lock *l)
     /* From here the lock is marked waited for (2) whenever we take it, so
      * that whoever gives it back wakes the next sleeper. */
     while (atomic_exchange_explicit(&l->word, 2, memory_order_acquire) != 0)
-        futex(&l->word, FUTEX_WAIT_PRIVATE, 2);
+        acemq__futex(&l->word, FUTEX_WAIT_PRIVATE, 2);
 }
 
 void acemq__shard_lock_wake(acemq__shard_lock *l)
 {
-    futex(&l->word, FUTEX_WAKE_PRIVATE, 1);
+    acemq__futex(&l->word, FUTEX_WAKE_PRIVATE, 1);
 }
 #else
 typedef int acemq__shard_lock_unused; /* ISO C wants a translation unit to declare something */
