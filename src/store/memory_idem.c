@@ -98,17 +98,26 @@
 #include "idem/idem_backend.h"
 #include "store/memory_arena.h"
 #include "store/memory_records.h"
+#include "store/tag_group.h"
 
 enum { STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 
 #define MAX_SHARD_BITS 6
 #define MIN_ENTRIES_PER_SHARD 1024
 #define INITIAL_SLOTS 64
-/* A table grows before it is more than 7/8 full. Probes read tag bytes, 64
- * to a cache line, so the longer runs of a full table cost little, and a
- * fuller table is fewer bytes for a new id's claim to miss in cache. */
-#define MAX_LOAD_NUM 7
-#define MAX_LOAD_DEN 8
+_Static_assert(INITIAL_SLOTS % ACEMQ__TAG_GROUP == 0, "a table ends on a tag group's end");
+/* A table grows before it is more than 7/8 full. Probes read tag bytes, 16
+ * at a time (tag_group.h), so the longer runs of a full table cost little,
+ * and a fuller table is fewer bytes for a new id's claim to miss in cache.
+ * A small store's table stays in cache whatever its load, so there the
+ * longer runs are all the load costs: up to SPARSE_MAX_ENTRIES (a table of
+ * at most 1.2 MiB at its bound) a table is kept at most half full, and a
+ * full store's eviction, which walks the rest of the evicted id's run
+ * (remove_slot), walks about two slots instead of about twenty. Loads are
+ * in eighths; the URL's max_load (4 to 7) overrides the choice. */
+#define DENSE_LOAD 7
+#define SPARSE_LOAD 4
+#define SPARSE_MAX_ENTRIES 65536
 /* A billion entries is far past what a memory store should hold, and keeps
  * every count well inside the types that hold it. */
 #define MAX_ENTRIES_LIMIT (1LL << 30)
@@ -167,10 +176,16 @@ typedef struct slot {
     uint32_t index;
 } slot;
 
-/* Whether a table of cap slots may hold count ids (MAX_LOAD). */
-static inline int within_load(size_t count, size_t cap)
+/* The most a store's tables may be filled, in eighths (see the top). */
+static unsigned max_load_for(size_t max_entries)
 {
-    return count * MAX_LOAD_DEN <= cap * MAX_LOAD_NUM;
+    return max_entries <= SPARSE_MAX_ENTRIES ? SPARSE_LOAD : DENSE_LOAD;
+}
+
+/* Whether a table of cap slots may hold count ids at a load of eighths/8. */
+static inline int within_load(size_t count, size_t cap, unsigned eighths)
+{
+    return count * 8 <= cap * eighths;
 }
 
 /* A taken slot's tag: 7 bits of the hash that neither the slot's place (the
@@ -187,7 +202,7 @@ typedef struct shard {
     acemq__shard_lock lock;
     uint8_t *tags; /* per slot: 0 empty, else tag_of(hash) */
     slot *slots;   /* per slot: the rest, meaningful where the tag is not 0 */
-    size_t cap;    /* slots: any count, at most MAX_LOAD full (see home_of) */
+    size_t cap;    /* slots: any count, at most max_load full (see home_of) */
     size_t count;
     uint64_t next_token;
     entry *latest; /* the latest claim (see the invariants above) */
@@ -215,6 +230,7 @@ typedef struct memory_store {
     shard *shards;
     unsigned shard_bits;
     size_t per_shard_max;
+    unsigned max_load; /* in eighths: the URL's max_load, else max_load_for(max_entries) */
     int64_t retention_ms;
 } memory_store;
 
@@ -266,7 +282,7 @@ static entry *record(const memory_store *m, uint32_t index)
 /* Where a probe for hash starts in a table of cap slots: the low 32 bits of
  * the hash scaled to [0, cap) by one multiplication, so a table can have any
  * number of slots, not only a power of two. That lets a presized table hold
- * max_entries at MAX_LOAD instead of at the next power of two, which for a
+ * max_entries at its load bound instead of at the next power of two, which for a
  * million ids was half as full: twice the tag bytes for a claim to miss in
  * cache (see docs/performance.md, eighth round). The slot keeps those 32
  * bits, so a growth or a deletion places a slot without its record. */
@@ -279,6 +295,15 @@ static inline size_t home_of(uint64_t hash, size_t cap)
 static inline size_t next_of(size_t i, size_t cap)
 {
     return i + 1 == cap ? 0 : i + 1;
+}
+
+/* The first slot of the tag group after i's (tag_group.h), wrapping at the
+ * table's end, which is a group's: every table has a multiple of 64 slots
+ * (INITIAL_SLOTS, doublings of it, and bound_slots). */
+static inline size_t next_group(size_t i, size_t cap)
+{
+    size_t next = acemq__tag_group_next(i);
+    return next == cap ? 0 : next;
 }
 
 /* Writes the latest new id's slot where it belongs. A new id's claim does
@@ -297,26 +322,43 @@ static inline void flush_pending(shard *s)
 }
 
 /* The slot holding id, with *found set to its entry, or the empty slot that
- * ends its probe run, with *found NULL. Only tags are read until one
- * matches: a new id's lookup touches nothing but the tag array. Inline: it
- * is most of a lookup, and a call would save and restore six registers
- * around a loop that usually runs once. */
+ * ends its probe run, with *found NULL. Tags are read sixteen at a time
+ * (tag_group.h) and a slot is opened only where a tag before the run's end
+ * matches: a new id's lookup touches nothing but the tag array, and one or
+ * two groups of it even near the load bound. Inline: it is most of a
+ * lookup, and a call would save and restore six registers around a loop
+ * that usually runs once. */
 static inline __attribute__((always_inline)) size_t
 probe(const memory_store *m, shard *s, uint64_t hash, const acemq__bytes *id, entry **found)
 {
     flush_pending(s);
+    const uint8_t *tags = s->tags;
+    const slot *slots = s->slots;
+    size_t cap = s->cap;
+    size_t home = home_of(hash, cap);
+    /* A new id whose home slot is empty, the commonest lookup until the
+     * table nears its bound, is answered by that one byte. */
+    if (tags[home] == 0) {
+        *found = NULL;
+        return home;
+    }
     uint8_t tag = tag_of(hash);
-    for (size_t i = home_of(hash, s->cap);; i = next_of(i, s->cap)) {
-        uint8_t t = s->tags[i];
-        if (t == 0) {
-            *found = NULL;
-            return i;
+    for (size_t i = home;; i = next_group(i, cap)) {
+        acemq__tag_masks g = acemq__tag_group(tags, i, tag);
+        /* Only tags before the run's first empty slot belong to it. */
+        unsigned run = g.empty ? (g.empty & (0u - g.empty)) - 1u : ~0u;
+        for (unsigned match = g.match & run; match; match &= match - 1u) {
+            size_t k = i + (size_t)__builtin_ctz(match);
+            if (slots[k].hash != (uint32_t)hash) continue;
+            entry *e = record(m, slots[k].index);
+            if (e->id_len == id->len && acemq__same_bytes(entry_id(e), id->data, id->len)) {
+                *found = e;
+                return k;
+            }
         }
-        if (t != tag || s->slots[i].hash != (uint32_t)hash) continue;
-        entry *e = record(m, s->slots[i].index);
-        if (e->id_len == id->len && acemq__same_bytes(entry_id(e), id->data, id->len)) {
-            *found = e;
-            return i;
+        if (g.empty) {
+            *found = NULL;
+            return i + (size_t)__builtin_ctz(g.empty);
         }
     }
 }
@@ -424,32 +466,39 @@ static void prefetch_tag_and_slot(shard *s, uint64_t hash)
 }
 
 /* Empties slot i and shifts later members of its probe run back (backward
- * shift deletion), so runs stay unbroken without tombstones. */
+ * shift deletion), so runs stay unbroken without tombstones. A member at j
+ * may move back to i unless its home lies in (i, j], i.e. unless it is
+ * fewer slots from its home than from i. Without branches on that test,
+ * which near the load bound goes either way at random: a member that stays
+ * is written onto itself. */
 static void remove_slot(shard *s, size_t i)
 {
-    for (size_t j = next_of(i, s->cap); s->tags[j]; j = next_of(j, s->cap)) {
-        size_t home = home_of(s->slots[j].hash, s->cap);
-        /* An entry may move back to i only if its home is not in (i, j]. */
-        int home_between = i <= j ? (i < home && home <= j) : (i < home || home <= j);
-        if (!home_between) {
-            s->tags[i] = s->tags[j];
-            s->slots[i] = s->slots[j];
-            i = j;
-        }
+    uint8_t *tags = s->tags;
+    slot *slots = s->slots;
+    size_t cap = s->cap;
+    for (size_t j = next_of(i, cap); tags[j]; j = next_of(j, cap)) {
+        size_t home = home_of(slots[j].hash, cap);
+        size_t from_home = j >= home ? j - home : j + cap - home;
+        size_t from_hole = j >= i ? j - i : j + cap - i;
+        size_t moves = (size_t)0 - (size_t)(from_home >= from_hole); /* all ones: it moves */
+        size_t to = (i & moves) | (j & ~moves);
+        tags[to] = tags[j];
+        slots[to] = slots[j];
+        i = (j & moves) | (i & ~moves);
     }
-    s->tags[i] = 0;
+    tags[i] = 0;
 }
 
 /* The fewest slots that hold a shard's share of max_entries within
- * MAX_LOAD, rounded up to whole cache lines of tags: the most a table
+ * max_load, rounded up to whole cache lines of tags: the most a table
  * needs, since a shard never holds more than per_shard_max. */
 static size_t bound_slots(const memory_store *m)
 {
-    size_t want = m->per_shard_max * MAX_LOAD_DEN / MAX_LOAD_NUM + 1;
+    size_t want = m->per_shard_max * 8 / m->max_load + 1;
     return (want + 63) & ~(size_t)63;
 }
 
-/* Doubles the table before it passes MAX_LOAD, or grows it to bound_slots
+/* Doubles the table before it passes max_load, or grows it to bound_slots
  * when the doubling after this one would pass that (see the top). On
  * allocation failure it grows denser instead, slower but correct while a
  * slot stays empty. 1 when the table moved (a slot found before is no
@@ -458,7 +507,7 @@ static size_t bound_slots(const memory_store *m)
 static int maybe_grow(memory_store *m, shard *s)
 {
     size_t cap = s->cap;
-    if (within_load(s->count + 1, cap)) return 0;
+    if (within_load(s->count + 1, cap, m->max_load)) return 0;
     /* The probe before every call has flushed already; the copy below must
      * never read a stale slot, so this stays cheap insurance. */
     flush_pending(s);
@@ -489,17 +538,30 @@ static int maybe_grow(memory_store *m, shard *s)
     return 1;
 }
 
+/* The slot of the record at index, whose id hashes to hash: in its
+ * probe run, where its tag matches (slots flushed). */
+static size_t slot_of_record(const shard *s, uint64_t hash, uint32_t index)
+{
+    const uint8_t *tags = s->tags;
+    const slot *slots = s->slots;
+    size_t cap = s->cap;
+    for (size_t i = home_of(hash, cap);; i = next_group(i, cap)) {
+        unsigned match = acemq__tag_group(tags, i, tag_of(hash)).match;
+        for (; match; match &= match - 1u) {
+            size_t k = i + (size_t)__builtin_ctz(match);
+            if (slots[k].index == index) return k;
+        }
+    }
+}
+
 /* Unlinks e from its table and list without freeing it. */
 static void unlink_entry(const memory_store *m, shard *s, entry *e)
 {
     /* The hash is not kept in the entry (it would not fit the line); this
      * path is rare (release, eviction, purge) and ids are short. */
     flush_pending(s);
-    uint32_t index = acemq__record_index(&m->records, e);
-    size_t i = home_of(XXH3_64bits(entry_id(e), e->id_len), s->cap);
-    while (!s->tags[i] || s->slots[i].index != index)
-        i = next_of(i, s->cap);
-    remove_slot(s, i);
+    remove_slot(s, slot_of_record(s, XXH3_64bits(entry_id(e), e->id_len),
+                                  acemq__record_index(&m->records, e)));
     list_remove(list_of(s, e), e);
     s->count--;
 }
@@ -1002,9 +1064,9 @@ static int allocate_slots(memory_store *m, size_t nshards, int presize, int *fau
  * before anything is mapped, when that is more than the process has room
  * for, on the machine or under its memory cgroup's limit, where faulting it
  * in would end in the out-of-memory killer (memory_room.h). */
-static int check_presize_fits(acemq_idem *h)
+static int check_presize_fits(acemq_idem *h, unsigned max_load)
 {
-    size_t per_entry = ACEMQ__RECORD_SIZE + (sizeof(slot) + 1) * MAX_LOAD_DEN / MAX_LOAD_NUM + 1;
+    size_t per_entry = ACEMQ__RECORD_SIZE + (sizeof(slot) + 1) * 8 / max_load + 1;
     size_t need = h->opts.max_entries * per_entry; /* max_entries <= 2^30: no overflow */
     acemq__memory_room room;
     acemq__memory_room_get(&room);
@@ -1018,7 +1080,8 @@ static int check_presize_fits(acemq_idem *h)
 
 int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
 {
-    static const char *const known[] = {"max_entries", "presize", "prefault_ahead", NULL};
+    static const char *const known[] = {"max_entries", "presize", "prefault_ahead", "max_load",
+                                        NULL};
     const char *bad = NULL;
     if (acemq__url_check_params(url, known, &bad) != 0)
         return acemq__idem_fail(h, ACEMQ_EURL, "memory: unknown URL parameter '%s'", bad);
@@ -1042,9 +1105,14 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
     int64_t ahead = 1;
     if (acemq__url_param_int(url, "prefault_ahead", 0, 1, &ahead) != 0)
         return acemq__idem_fail(h, ACEMQ_EURL, "memory: prefault_ahead must be 0 or 1");
+    int64_t max_load = max_load_for(h->opts.max_entries);
+    if (acemq__url_param_int(url, "max_load", SPARSE_LOAD, DENSE_LOAD, &max_load) != 0)
+        return acemq__idem_fail(h, ACEMQ_EURL,
+                                "memory: max_load must be %d..%d (eighths of a table filled)",
+                                SPARSE_LOAD, DENSE_LOAD);
 
     if (presize) {
-        int rc = check_presize_fits(h);
+        int rc = check_presize_fits(h, (unsigned)max_load);
         if (rc != 0) return rc;
     }
     memory_store *m = calloc(1, sizeof *m);
@@ -1055,6 +1123,7 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
     m->shard_bits = pick_shard_bits(h->opts.max_entries);
     size_t nshards = (size_t)1 << m->shard_bits;
     m->per_shard_max = h->opts.max_entries / nshards;
+    m->max_load = (unsigned)max_load;
     m->retention_ms = h->opts.retention_ms;
     m->shards = calloc(nshards, sizeof *m->shards);
     int rc = m->shards ? acemq__records_init(&m->records, m->per_shard_max * nshards,

@@ -156,8 +156,10 @@ static void expired_confirmations_make_room_first(void **state)
 }
 
 /* A big store spreads over shards; the bound still holds in sum, and the
- * tables stop at what it needs. */
-static void check_sharded_bound(const char *url)
+ * tables stop at what it needs: slots_per_shard for a shard's 1,024
+ * entries at the store's load bound, in whole lines of tags, never a
+ * power of two past it. */
+static void check_sharded_bound(const char *url, size_t slots_per_shard)
 {
     fixture *f = open_bounded(url);
     enum { N = 100000 };
@@ -170,16 +172,23 @@ static void check_sharded_bound(const char *url)
         remembered += is_confirmed_n(f, i);
     assert_int_equal(remembered, N - (int)s.evictions);
     assert_true(remembered <= 65536);
-    /* 64 shards of 1,024 entries: each table holds its share at 7/8 full in
-     * 1,216 slots (whole lines of tags), grown or presized, never 2,048. */
-    assert_int_equal(acemq__memory_idem_slots(f->store), 64 * 1216);
+    assert_int_equal(acemq__memory_idem_slots(f->store), 64 * slots_per_shard);
     close_fixture(f);
 }
 
+/* 65,536 entries is a small store: its tables are at most half full, 2,112
+ * slots a shard (2,049 rounded up to lines of tags), grown to that. */
 static void sharded_bound_holds(void **state)
 {
     (void)state;
-    check_sharded_bound("memory:?max_entries=65536");
+    check_sharded_bound("memory:?max_entries=65536", 2112);
+}
+
+/* max_load=7: 7/8 full, 1,216 slots a shard, never 2,048. */
+static void sharded_bound_holds_at_seven_eighths(void **state)
+{
+    (void)state;
+    check_sharded_bound("memory:?max_entries=65536&max_load=7", 1216);
 }
 
 /* Tables sized for max_entries at open: the same bound, with no doubling on
@@ -187,17 +196,19 @@ static void sharded_bound_holds(void **state)
 static void presized_bound_holds(void **state)
 {
     (void)state;
-    check_sharded_bound("memory:?max_entries=65536&presize=1");
+    check_sharded_bound("memory:?max_entries=65536&presize=1", 2112);
+    check_sharded_bound("memory:?max_entries=65536&presize=1&max_load=7", 1216);
 }
 
 /* A table that holds a shard's share of max_entries has as many slots as
- * that needs, not a power of two (1,000 entries: one shard, 1,152 slots,
- * 87% full when the store is), so probe runs wrap at its end. Filled to the
- * bound with live claims, every id is found, the next claim is refused,
- * and releasing every third (each release shifts later members of a run
- * back, across the end too) leaves each id findable or claimable as it
- * should be. */
-static void check_table_of_any_size(const char *url)
+ * that needs, not a power of two (1,000 entries at 7/8: one shard, 1,152
+ * slots, 87% full when the store is), so probe runs, long at that load,
+ * wrap at its end, and the sixteen tags a lookup reads at once run past it.
+ * Filled to the bound with live claims, every id is found, the next claim
+ * is refused, and releasing every third (each release shifts later members
+ * of a run back, across the end too) leaves each id findable or claimable
+ * as it should be. */
+static void check_table_of_any_size(const char *url, size_t slots)
 {
     enum { N = 1000 };
     fixture *f = open_bounded(url);
@@ -207,7 +218,7 @@ static void check_table_of_any_size(const char *url)
         assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
         tokens[i] = c.token;
     }
-    assert_int_equal(acemq__memory_idem_slots(f->store), 1152);
+    assert_int_equal(acemq__memory_idem_slots(f->store), slots);
     assert_int_equal(claim_n(f, N, &c), ACEMQ_EFULL);
     for (int i = 0; i < N; i++)
         assert_int_equal(claim_n(f, i, &c), ACEMQ_IN_PROGRESS);
@@ -225,15 +236,19 @@ static void check_table_of_any_size(const char *url)
         assert_int_equal(confirm_n(f, i, tokens[i]), 0);
     for (int i = 0; i < N; i++)
         assert_true(is_confirmed_n(f, i));
-    assert_int_equal(acemq__memory_idem_slots(f->store), 1152);
+    assert_int_equal(acemq__memory_idem_slots(f->store), slots);
     close_fixture(f);
 }
 
-/* presize=1: the table has its 1,152 slots from the open. */
+/* presize=1: the table has its 1,152 slots from the open (2,048 at the
+ * default half, 2,001 rounded up to lines of tags). */
 static void a_presized_table_of_any_size_keeps_every_id(void **state)
 {
     (void)state;
-    check_table_of_any_size("memory:?max_entries=1000&presize=1");
+    check_table_of_any_size("memory:?max_entries=1000&presize=1&max_load=7", 1152);
+    check_table_of_any_size("memory:?max_entries=1000&presize=1", 2048);
+    /* 6/8: 1,334 rounded up to 1,344, a size no other case has. */
+    check_table_of_any_size("memory:?max_entries=1000&presize=1&max_load=6", 1344);
 }
 
 /* A growing table doubles (64, 128, 256, 512 slots) and then takes the
@@ -241,10 +256,11 @@ static void a_presized_table_of_any_size_keeps_every_id(void **state)
 static void a_growing_table_stops_at_what_max_entries_needs(void **state)
 {
     (void)state;
-    check_table_of_any_size("memory:?max_entries=1000");
+    check_table_of_any_size("memory:?max_entries=1000&max_load=7", 1152);
+    check_table_of_any_size("memory:?max_entries=1000&max_load=6", 1344);
     /* The step: 448 ids fill 512 slots to 7/8, the 449th takes the table to
      * 1,152 at once. */
-    fixture *f = open_bounded("memory:?max_entries=1000");
+    fixture *f = open_bounded("memory:?max_entries=1000&max_load=7");
     acemq_claim c;
     for (int i = 0; i < 448; i++)
         assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
@@ -252,6 +268,34 @@ static void a_growing_table_stops_at_what_max_entries_needs(void **state)
     assert_int_equal(claim_n(f, 448, &c), ACEMQ_CLAIMED);
     assert_int_equal(acemq__memory_idem_slots(f->store), 1152);
     close_fixture(f);
+    /* At the default half: 256 ids fill 512 slots, the 257th takes 1,024
+     * (the bound, 2,048, is not more than twice 1,024), the 513th 2,048. */
+    f = open_bounded("memory:?max_entries=1000");
+    for (int i = 0; i < 256; i++)
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq__memory_idem_slots(f->store), 512);
+    assert_int_equal(claim_n(f, 256, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq__memory_idem_slots(f->store), 1024);
+    for (int i = 257; i < 513; i++)
+        assert_int_equal(claim_n(f, i, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq__memory_idem_slots(f->store), 2048);
+    close_fixture(f);
+}
+
+/* The choice of load: a store above 65,536 entries fills its tables to 7/8
+ * unless max_load says otherwise (70,000 entries: 64 shards of 1,093, 1,250
+ * slots each at 7/8 and 2,187 at 4/8, in whole lines of tags). */
+static void a_large_store_fills_its_tables_to_seven_eighths(void **state)
+{
+    (void)state;
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=70000&presize=1", NULL), 0);
+    assert_int_equal(acemq__memory_idem_slots(h), 64 * 1280);
+    acemq_idem_close(h);
+    assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=70000&presize=1&max_load=4", NULL),
+                     0);
+    assert_int_equal(acemq__memory_idem_slots(h), 64 * 2240);
+    acemq_idem_close(h);
 }
 
 /* Pages this process has resident (/proc/self/statm), or -1. */
@@ -751,6 +795,10 @@ static void url_errors(void **state)
     assert_int_equal(acemq_idem_open(&h, "memory:?prefault_ahead=2", NULL), ACEMQ_EURL);
     assert_non_null(strstr(acemq_idem_errmsg(NULL), "prefault_ahead must be 0 or 1"));
     assert_int_equal(acemq_idem_open(&h, "memory:?prefault_ahead=no", NULL), ACEMQ_EURL);
+    assert_int_equal(acemq_idem_open(&h, "memory:?max_load=3", NULL), ACEMQ_EURL);
+    assert_non_null(strstr(acemq_idem_errmsg(NULL), "max_load must be 4..7"));
+    assert_int_equal(acemq_idem_open(&h, "memory:?max_load=8", NULL), ACEMQ_EURL);
+    assert_int_equal(acemq_idem_open(&h, "memory:?max_load=half", NULL), ACEMQ_EURL);
     assert_null(h);
 }
 
@@ -761,9 +809,11 @@ int main(void)
         cmocka_unit_test(live_claims_are_never_evicted),
         cmocka_unit_test(expired_confirmations_make_room_first),
         cmocka_unit_test(sharded_bound_holds),
+        cmocka_unit_test(sharded_bound_holds_at_seven_eighths),
         cmocka_unit_test(presized_bound_holds),
         cmocka_unit_test(a_presized_table_of_any_size_keeps_every_id),
         cmocka_unit_test(a_growing_table_stops_at_what_max_entries_needs),
+        cmocka_unit_test(a_large_store_fills_its_tables_to_seven_eighths),
         cmocka_unit_test(a_presize_past_the_machine_is_refused),
         cmocka_unit_test(a_presize_past_its_cgroup_is_refused),
         cmocka_unit_test(a_presized_store_is_resident_at_open),
