@@ -10,15 +10,16 @@
  * That read is most of a claim's cost once the table outgrows the caches,
  * and a tag array is small enough to stay in a cache the 16-byte slots
  * (hash and pointer) it replaced did not fit. Tables start small and
- * double before they pass 7/8 full, so a store that never fills never pays
- * for its max_entries, up to the size a shard's share of max_entries needs
- * at 7/8 full (bound_slots), never past it: the last step does not double
+ * double before they pass their load bound (7/8 full, or half in a small
+ * store: see DENSE_LOAD), so a store that never fills never pays for its
+ * max_entries, up to the size a shard's share of max_entries needs at that
+ * load (bound_slots), never past it: the last step does not double
  * to the next power of two, so a full store's tags are as few as a
  * presized one's. The table takes bound_slots in one step from the last
  * power of two under half of it, skipping the one between, whose rehash
  * would move as many ids as all the steps before it. With presize=1 they
- * start sized for max_entries, at most 7/8 full when the store is (about
- * 10.3 bytes per entry, the table's size any number of slots, see
+ * start sized for max_entries, at their load bound when the store is full
+ * (about 10.3 bytes per entry at 7/8, the table's size any number of slots, see
  * home_of), and they and the records of max_entries are faulted in at open
  * (check_presize_fits): no rehash, no outgrown tables, and no claim that
  * stops for the kernel to zero a page, which on the test machine also
