@@ -203,7 +203,7 @@ static void presized_bound_holds(void **state)
 /* A table that holds a shard's share of max_entries has as many slots as
  * that needs, not a power of two (1,000 entries at 7/8: one shard, 1,152
  * slots, 87% full when the store is), so probe runs, long at that load,
- * wrap at its end, and the sixteen tags a lookup reads at once run past it.
+ * wrap at its end, from its last group of sixteen tags to its first.
  * Filled to the bound with live claims, every id is found, the next claim
  * is refused, and releasing every third (each release shifts later members
  * of a run back, across the end too) leaves each id findable or claimable
