@@ -539,30 +539,15 @@ static int maybe_grow(memory_store *m, shard *s)
     return 1;
 }
 
-/* The slot of the record at index, whose id hashes to hash: in its
- * probe run, where its tag matches (slots flushed). */
-static size_t slot_of_record(const shard *s, uint64_t hash, uint32_t index)
-{
-    const uint8_t *tags = s->tags;
-    const slot *slots = s->slots;
-    size_t cap = s->cap;
-    for (size_t i = home_of(hash, cap);; i = next_group(i, cap)) {
-        unsigned match = acemq__tag_group(tags, i, tag_of(hash)).match;
-        for (; match; match &= match - 1u) {
-            size_t k = i + (size_t)__builtin_ctz(match);
-            if (slots[k].index == index) return k;
-        }
-    }
-}
-
 /* Unlinks e from its table and list without freeing it. */
 static void unlink_entry(const memory_store *m, shard *s, entry *e)
 {
     /* The hash is not kept in the entry (it would not fit the line); this
-     * path is rare (release, eviction, purge) and ids are short. */
-    flush_pending(s);
-    remove_slot(s, slot_of_record(s, XXH3_64bits(entry_id(e), e->id_len),
-                                  acemq__record_index(&m->records, e)));
+     * path is rare (release, eviction, purge) and ids are short. An id is
+     * in its shard's table once, so the lookup by id finds e's own slot. */
+    acemq__bytes id = {entry_id(e), e->id_len};
+    entry *found;
+    remove_slot(s, probe(m, s, hash_id(&id), &id, &found));
     list_remove(list_of(s, e), e);
     s->count--;
 }
