@@ -295,13 +295,15 @@ static void *relay_main(void *arg)
 
 /* The relay as `acemq relay` runs it: run() on a thread, the next batch
  * claimed ahead by a third handle on a claimer thread while the current one
- * goes out, marks written by a second handle on a marker thread; timed
- * from the start until the last record is marked published. */
+ * goes out, marks written by a second handle on a marker thread, the
+ * gauges counted on a fourth; timed from the start until the last record
+ * is marked published. */
 static double run_relay(const config *cfg, const char *outbox_url, long n)
 {
     acemq_outbox *ob = open_relay_outbox(cfg, outbox_url);
     acemq_outbox *mark_ob = open_relay_outbox(cfg, outbox_url);
     acemq_outbox *claim_ob = open_relay_outbox(cfg, outbox_url);
+    acemq_outbox *gauge_ob = open_relay_outbox(cfg, outbox_url);
     acemq_broker *b = NULL;
     acemq_broker_options bo;
     acemq_broker_options_init(&bo);
@@ -314,6 +316,7 @@ static double run_relay(const config *cfg, const char *outbox_url, long n)
     ro.poll_ms = 5;
     ro.mark_outbox = mark_ob;
     ro.claim_outbox = claim_ob;
+    ro.gauge_outbox = gauge_ob;
     relay_thread t = {.stop = 0};
     if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new failed");
     double t0 = mono_now();
@@ -338,6 +341,7 @@ static double run_relay(const config *cfg, const char *outbox_url, long n)
             (unsigned long long)s.unknown);
     acemq_relay_free(t.r);
     acemq_broker_close(b);
+    acemq_outbox_close(gauge_ob);
     acemq_outbox_close(claim_ob);
     acemq_outbox_close(mark_ob);
     acemq_outbox_close(ob);
@@ -357,19 +361,22 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     raw_confirm_latency(cfg->amqp_url, n, rate, &raw50, &raw99);
     fresh_queue(cfg);
     exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
-    acemq_outbox *ob = open_relay_outbox(cfg, outbox_url), *mark_ob = NULL, *claim_ob = NULL;
+    acemq_outbox *ob = open_relay_outbox(cfg, outbox_url), *mark_ob = NULL, *claim_ob = NULL,
+                 *gauge_ob = NULL;
     acemq_broker *b = NULL;
     if (acemq_broker_open(&b, cfg->amqp_url, NULL) != 0)
         die("broker: %s", acemq_broker_errmsg(NULL));
     acemq_relay_options ro;
     acemq_relay_options_init(&ro);
-    /* As `acemq relay` runs it, unless --latency-inline: claims and marks on
-     * handles and threads of their own. */
+    /* As `acemq relay` runs it, unless --latency-inline: claims, marks and
+     * gauges on handles and threads of their own. */
     if (!cfg->latency_inline) {
         mark_ob = open_relay_outbox(cfg, outbox_url);
         claim_ob = open_relay_outbox(cfg, outbox_url);
+        gauge_ob = open_relay_outbox(cfg, outbox_url);
         ro.mark_outbox = mark_ob;
         ro.claim_outbox = claim_ob;
+        ro.gauge_outbox = gauge_ob;
     }
     /* PostgreSQL wakes on NOTIFY: the poll is only a fallback. SQLite polls
      * data_version every 5 ms inside the wait. */
@@ -473,6 +480,7 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     free(lat);
     acemq_relay_free(t.r);
     acemq_broker_close(b);
+    acemq_outbox_close(gauge_ob);
     acemq_outbox_close(claim_ob);
     acemq_outbox_close(mark_ob);
     acemq_outbox_close(ob);

@@ -218,15 +218,16 @@ int acemq__cli_relay(int argc, char **argv)
     }
     ro.log = stderr;
 
-    /* Three connections: the relay's own, one the marker thread writes the
+    /* Four connections: the relay's own, one the marker thread writes the
      * marks on while the next batch goes out, one the claimer thread claims
-     * the next batch on while this one goes out. */
-    acemq_outbox *obs[3] = {NULL, NULL, NULL};
+     * the next batch on while this one goes out, one the gauges are counted
+     * on without holding up either. */
+    acemq_outbox *obs[4] = {NULL, NULL, NULL, NULL};
     acemq_broker *b = NULL;
     acemq_relay *r = NULL;
     acemq__metrics *metrics = NULL;
     int rc = 0;
-    for (int k = 0; k < 3 && rc == 0; k++) {
+    for (int k = 0; k < 4 && rc == 0; k++) {
         rc = acemq_outbox_open(&obs[k], outbox_url, &oo);
         if (rc != 0) {
             fprintf(stderr, "acemq relay: outbox %s: %s\n", outbox_url, acemq_outbox_errmsg(NULL));
@@ -237,6 +238,7 @@ int acemq__cli_relay(int argc, char **argv)
     acemq_outbox *ob = obs[0];
     ro.mark_outbox = obs[1];
     ro.claim_outbox = obs[2];
+    ro.gauge_outbox = obs[3];
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -247,7 +249,7 @@ int acemq__cli_relay(int argc, char **argv)
     (void)signal(SIGPIPE, SIG_IGN);
     rc = open_broker(&b, broker_url, &bo);
     if (rc != 0) {
-        close_outboxes(obs, 3);
+        close_outboxes(obs, 4);
         /* Stopped while waiting for the broker: nothing was claimed. */
         if (rc == ACEMQ_EIO && stop_requested) return ACEMQ_CLI_OK;
         fprintf(stderr, "acemq relay: broker: %s\n", acemq_broker_errmsg(NULL));
@@ -270,6 +272,6 @@ int acemq__cli_relay(int argc, char **argv)
     acemq__metrics_stop(metrics);
     acemq_relay_free(r);
     acemq_broker_close(b);
-    close_outboxes(obs, 3);
+    close_outboxes(obs, 4);
     return status;
 }

@@ -25,6 +25,11 @@
  * its confirms must not wait out a poll, and a thread hop would only add to
  * its latency.
  *
+ * With a fourth handle (opts.gauge_outbox) the gauges are counted on a
+ * thread of their own (gauges.h); without one, between batches. Either way
+ * a count waits twenty times its own duration before the next, since it
+ * reads every pending record.
+ *
  * Pipelining changes nothing about safety: the records of a batch stay
  * leased until they are marked, so no other claim takes them meanwhile, and
  * an ordering key's next record is not claimed while its predecessor is in
@@ -40,6 +45,7 @@
 #include "acemq/relay.h"
 #include "core/pause.h"
 #include "relay/flight.h"
+#include "relay/gauges.h"
 #include "relay/logfmt.h"
 #include "relay/mark_job.h"
 
@@ -68,13 +74,6 @@ void acemq_relay_options_init(acemq_relay_options *o)
     o->batch = 100;
     o->lease_ms = 30000;
     o->poll_ms = 1000;
-}
-
-static double mono_ms(void)
-{
-    struct timespec ts;
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static void log_event(acemq_relay *r, const char *event, const char *k1, const char *v1,
@@ -577,15 +576,11 @@ static int pipelined_step(acemq_relay *r, marker *k, claimer *c, size_t *claimed
     return rc;
 }
 
-static void refresh_gauges(acemq_relay *r)
+/* Counts on the relay's own handle: run() without a gauge handle, between
+ * batches. */
+static double refresh_gauges(acemq_relay *r)
 {
-    acemq_outbox_pending p;
-    if (acemq_outbox_pending_count(r->ob, &p) != 0) return;
-    pthread_mutex_lock(&r->lock);
-    r->stats.pending = p.unclaimed + p.claimed;
-    r->stats.dead = p.dead;
-    r->stats.oldest_age_ms = p.oldest_age_ms;
-    pthread_mutex_unlock(&r->lock);
+    return acemq__gauges_refresh(r->ob, &r->lock, &r->stats);
 }
 
 void acemq_relay_stop(acemq_relay *r)
@@ -640,15 +635,20 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
         else if (r->opts.claim_outbox)
             cp = &c;
     }
-    double last_gauges = 0;
+    acemq__gauges g, *gp = NULL;
+    if (r->opts.gauge_outbox &&
+        acemq__gauges_start(&g, r->opts.gauge_outbox, &r->lock, &r->stats) != 0)
+        log_event(r, "error", "where", "run", "error", "no gauge thread: counting inline");
+    else if (r->opts.gauge_outbox)
+        gp = &g;
+    double gauges_due = 0; /* without a gauge thread: when to count next */
     int broker_backoff = 0;
     while (!stopping(r, stop)) {
         size_t n = 0;
         int rc = pipelined ? pipelined_step(r, &k, cp, &n) : acemq_relay_step(r, &n);
-        double now = mono_ms();
-        if (now - last_gauges >= 1000) {
-            refresh_gauges(r);
-            last_gauges = now;
+        if (!gp && acemq__gauges_now_ms() >= gauges_due) {
+            double took = refresh_gauges(r);
+            gauges_due = acemq__gauges_now_ms() + acemq__gauges_interval_ms(took);
         }
         if (rc != 0) {
             /* The broker backs off inside its reconnects; the outbox gets a
@@ -682,7 +682,12 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
         pthread_cond_destroy(&k.cv);
         pthread_mutex_destroy(&k.mu);
     }
-    refresh_gauges(r);
+    if (gp) {
+        acemq__gauges_stop(gp);
+        (void)acemq__gauges_refresh(r->opts.gauge_outbox, &r->lock, &r->stats);
+    } else {
+        (void)refresh_gauges(r);
+    }
     log_event(r, "stop", "reason", "signal", NULL, NULL);
     return 0;
 }

@@ -276,26 +276,34 @@ static void *run_relay(void *arg)
 /* run() as `acemq relay` runs it, on a thread: a marker handle always, a
  * claimer handle when asked for. */
 typedef struct pipe_run {
-    acemq_outbox *mark_ob, *claim_ob;
+    acemq_outbox *mark_ob, *claim_ob, *gauge_ob; /* gauge_ob: the caller's */
     acemq_relay *r;
     runner x;
     pthread_t t;
 } pipe_run;
 
-static void pipe_start(world *w, pipe_run *p, size_t batch, int claimer)
+static void pipe_start_counting_on(world *w, pipe_run *p, size_t batch, int claimer,
+                                   acemq_outbox *gauge_ob)
 {
     memset(p, 0, sizeof *p);
     p->mark_ob = outbox_fixture_open(&w->f);
     if (claimer) p->claim_ob = outbox_fixture_open(&w->f);
+    p->gauge_ob = gauge_ob;
     acemq_relay_options o;
     acemq_relay_options_init(&o);
     o.batch = batch;
     o.poll_ms = 5;
     o.mark_outbox = p->mark_ob;
     o.claim_outbox = p->claim_ob;
+    o.gauge_outbox = gauge_ob;
     assert_int_equal(acemq_relay_new(&p->r, w->ob, w->b, &o), 0);
     p->x.r = p->r;
     assert_int_equal(pthread_create(&p->t, NULL, run_relay, &p->x), 0);
+}
+
+static void pipe_start(world *w, pipe_run *p, size_t batch, int claimer)
+{
+    pipe_start_counting_on(w, p, batch, claimer, NULL);
 }
 
 /* Waits (bounded, on progress, not on time) until the counters reach
@@ -477,6 +485,91 @@ static void stop_releases_what_was_claimed_ahead(void **state)
     assert_int_equal(acemq__memory_broker_count(w->probe), 1000);
 }
 
+/* Adds n records and makes the first `dead` of them dead, as a record
+ * that failed past its attempt limit is. */
+static void add_with_dead(outbox_fixture *f, int n, int dead)
+{
+    outbox_sql(f, NULL, "BEGIN");
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%s-%04d", i < dead ? "dead" : "live", i);
+        acemq_outbox_record r = {
+            .id = id, .destination = "elsewhere", .routing_key = "rk", .body = "b", .body_len = 1};
+        assert_int_equal(outbox_add(f, NULL, &r, NULL), 0);
+    }
+    outbox_sql(f, NULL, "COMMIT");
+    outbox_sql(f, NULL, "UPDATE acemq_outbox SET state = 2 WHERE id LIKE 'dead-%'");
+}
+
+/* Waits (bounded, on progress) until run() has counted pending and dead. */
+static void gauges_wait(pipe_run *p, uint64_t pending, uint64_t dead)
+{
+    acemq_relay_stats s;
+    for (int i = 0; i < 60000; i++) {
+        acemq_relay_stats_get(p->r, &s);
+        if (s.pending == pending && s.dead == dead) return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("the gauges stayed at %llu pending, %llu dead", (unsigned long long)s.pending,
+             (unsigned long long)s.dead);
+}
+
+/* Without a gauge handle run() counts on its own handle, between batches
+ * and once more before it returns. The count that sees the outbox drained
+ * comes a second after the first (the shortest interval), while run() still
+ * runs. */
+static void run_counts_its_own_outbox(void **state)
+{
+    world *w = *state;
+    add_with_dead(&w->f, 2, 2);
+    add_n(w, 30, "orders", NULL);
+    pipe_run p;
+    pipe_start(w, &p, 7, 1);
+    pipe_wait(&p, 30, 30);
+    gauges_wait(&p, 0, 2);
+    pipe_stop(&p);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(p.r, &s);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(s.dead, 2);
+    pipe_free(&p);
+}
+
+/* With a gauge handle every count is made on it and on no other. The
+ * handle here is, unlike in use, on a second outbox, whose counts (3
+ * pending, 2 dead) the drained one never has: the gauges may read 0 before
+ * the first count, and those counts after it, and nothing else (the main
+ * loop counting would show the 300 being drained). */
+static void gauges_are_counted_on_their_own_handle(void **state)
+{
+    world *w = *state;
+    outbox_fixture other;
+    outbox_fixture_init(&other, use_pg);
+    add_with_dead(&other, 5, 2);
+    acemq_outbox *gauge_ob = outbox_fixture_open(&other);
+    add_n(w, 300, "orders", NULL);
+    pipe_run p;
+    pipe_start_counting_on(w, &p, 7, 1, gauge_ob);
+    acemq_relay_stats s;
+    for (int i = 0; i < 60000; i++) {
+        acemq_relay_stats_get(p.r, &s);
+        assert_true((s.pending == 0 && s.dead == 0) || (s.pending == 3 && s.dead == 2));
+        if (s.published >= 300) break;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    gauges_wait(&p, 3, 2); /* counted while run() runs, not only as it returns */
+    pipe_stop(&p);
+    acemq_relay_stats_get(p.r, &s);
+    assert_int_equal(s.published, 300);
+    assert_int_equal(s.pending, 3);
+    assert_int_equal(s.dead, 2);
+    pipe_free(&p);
+    acemq_outbox_close(gauge_ob);
+    outbox_fixture_free(&other);
+}
+
 int main(int argc, char **argv)
 {
     use_pg = outbox_backend_from_args(argc, argv);
@@ -494,6 +587,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(pipelined_drop_leaves_both_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(pipelined_nack_fails_exactly_those, setup, teardown),
         cmocka_unit_test_setup_teardown(stop_releases_what_was_claimed_ahead, setup, teardown),
+        cmocka_unit_test_setup_teardown(run_counts_its_own_outbox, setup, teardown),
+        cmocka_unit_test_setup_teardown(gauges_are_counted_on_their_own_handle, setup, teardown),
     };
     return cmocka_run_group_tests_name(use_pg ? "relay (postgres outbox)" : "relay (sqlite outbox)",
                                        tests, NULL, NULL);
