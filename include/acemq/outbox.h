@@ -161,7 +161,11 @@ ACEMQ_EXTERN int acemq_outbox_list_dead(acemq_outbox *h, size_t max, const acemq
  * dead record has this id. */
 ACEMQ_EXTERN int acemq_outbox_retry(acemq_outbox *h, const char *id);
 /* Deletes published records published at or before now - older_than_ms;
- * *purged (may be NULL) gets how many. */
+ * *purged (may be NULL) gets how many. It deletes in batches of 5,000, each
+ * its own transaction, and on SQLite pauses between them as long as a batch
+ * took, so that other writers get the database's write lock meanwhile. On
+ * an error, what earlier batches deleted stays deleted and is counted in
+ * *purged. */
 ACEMQ_EXTERN int acemq_outbox_purge(acemq_outbox *h, int64_t older_than_ms, uint64_t *purged);
 
 /* Waits up to timeout_ms for new records: on PostgreSQL for the NOTIFY that

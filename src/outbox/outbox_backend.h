@@ -15,8 +15,10 @@
 #include "acemq/outbox.h"
 #include "core/url.h"
 
-#define ACEMQ__OUTBOX_METHODS_VERSION 1
+/* 2: purge_batch and purge_pauses. */
+#define ACEMQ__OUTBOX_METHODS_VERSION 2
 #define ACEMQ__DB_NOW INT64_MIN
+#define ACEMQ__PURGE_DONE (-1)
 
 /* Record states in the table's `state` column (docs/schema.md). */
 enum { ACEMQ__OUTBOX_PENDING = 0, ACEMQ__OUTBOX_PUBLISHED = 1, ACEMQ__OUTBOX_DEAD = 2 };
@@ -45,9 +47,19 @@ typedef struct acemq__outbox_methods {
     int (*pending)(acemq_outbox *h, acemq_outbox_pending *out, int64_t now_ms);
     int (*list_dead)(acemq_outbox *h, size_t max);
     int (*retry)(acemq_outbox *h, const char *id, int64_t now_ms);
-    /* Deletes published records with published_at <= now - older_than_ms. */
+    /* Version 1: deletes every published record with published_at <= now -
+     * older_than_ms, in one statement. Used only when purge_batch is NULL. */
     int (*purge)(acemq_outbox *h, int64_t now_ms, int64_t older_than_ms, uint64_t *purged);
     int (*wait)(acemq_outbox *h, int timeout_ms);
+    /* Version 2. Deletes the next batch of those records, at most `limit`,
+     * in a transaction of its own; *purged gets how many. *cursor is the
+     * backend's place in the purge: 0 before the first batch, and
+     * ACEMQ__PURGE_DONE once nothing is left. */
+    int (*purge_batch)(acemq_outbox *h, int64_t now_ms, int64_t older_than_ms, uint64_t limit,
+                       int64_t *cursor, uint64_t *purged);
+    /* 1: a batch holds the whole database's write lock (SQLite), so a purge
+     * pauses between batches for the application's writers to get in. */
+    int purge_pauses;
 } acemq__outbox_methods;
 
 /* Where one message's strings and body start in the batch buffer (SIZE_MAX:
@@ -109,6 +121,12 @@ int acemq__outbox_fail_thread(int code, const char *fmt, ...) __attribute__((for
  * UUIDv7. */
 int acemq__outbox_prepare_record(const acemq_outbox_record *r, const acemq_outbox_add_options *o,
                                  char id_buf[ACEMQ_OUTBOX_ID_MAX + 1], char **headers_json);
+
+/* acemq_outbox_purge with a batch of its own (tests use a small one): adds
+ * what it deletes to *purged, which also counts the batches that committed
+ * before an error. */
+int acemq__outbox_purge_batched(acemq_outbox *h, int64_t older_than_ms, uint64_t batch,
+                                uint64_t *purged);
 
 int acemq__outbox_open_sqlite(acemq_outbox *h, const acemq__url *url);
 int acemq__outbox_open_pg(acemq_outbox *h, const char *conninfo);

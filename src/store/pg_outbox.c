@@ -94,6 +94,7 @@ enum {
     Q_LIST_DEAD,
     Q_RETRY,
     Q_PURGE,
+    Q_PURGE_END,
     Q_COUNT
 };
 
@@ -177,15 +178,27 @@ static const struct {
                          " next_attempt_at = t.now, lease_until = NULL FROM t"
                          " WHERE o.id = $2 AND o.state = 2 RETURNING o.seq",
                  2},
+    /* $1 now, $2 age, $3 first seq to look at, $4 batch: deletes what is
+     * old enough among the $4 seq values from the first row at or after $3
+     * (found through the primary key, so gaps cost nothing), and answers how
+     * many and from where. Walking seq ranges, each batch reads its own rows
+     * only; a batch through acemq_outbox_published instead stepped again
+     * over the index entries of every earlier batch's dead rows, and a purge
+     * of 1,000,000 took 68 s where one DELETE took 1.8 s. */
     [Q_PURGE] = {"acemq_purge",
-                 NOW_CTE "DELETE FROM acemq_outbox o USING t"
-                         " WHERE o.state = 1 AND o.published_at <= t.now - $2::bigint",
-                 2},
+                 NOW_CTE ", r AS (SELECT min(seq) AS lo FROM acemq_outbox WHERE seq >= $3::bigint),"
+                         " del AS (DELETE FROM acemq_outbox o USING t, r"
+                         " WHERE o.seq >= r.lo AND o.seq < r.lo + $4::bigint AND o.state = 1"
+                         " AND o.published_at <= t.now - $2::bigint RETURNING 1)"
+                         " SELECT (SELECT count(*) FROM del), (SELECT lo FROM r)",
+                 4},
+    [Q_PURGE_END] = {"acemq_purge_end", "SELECT COALESCE(max(seq), 0) FROM acemq_outbox", 0},
 };
 
 typedef struct pg {
     PGconn *conn;
     char *conninfo;
+    int64_t purge_end; /* the highest seq when the purge under way began */
 } pg;
 
 /* libpq's message ends in a newline; the handle's text reads better without. */
@@ -659,19 +672,35 @@ static int pg_retry(acemq_outbox *h, const char *id, int64_t now)
     return changed ? 0 : acemq__outbox_fail(h, ACEMQ_ENOENT, "retry: no dead record '%s'", id);
 }
 
-static int pg_purge(acemq_outbox *h, int64_t now, int64_t older_than_ms, uint64_t *purged)
+static int pg_purge_batch(acemq_outbox *h, int64_t now, int64_t older_than_ms, uint64_t limit,
+                          int64_t *cursor, uint64_t *purged)
 {
     pg *p = h->self;
-    char nb[24], ob[24];
+    PGresult *r = NULL;
+    int rc;
+    if (*cursor == 0) {
+        /* Rows added from here on are too young to purge. */
+        rc = run(h, Q_PURGE_END, NULL, &r, 0);
+        if (rc != 0) return rc;
+        p->purge_end = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+    }
+    if (limit > INT64_MAX / 2) limit = INT64_MAX / 2;
+    char nb[24], ob[24], fb[24], lb[24];
     snprintf(ob, sizeof ob, "%lld", (long long)older_than_ms);
-    const char *v[] = {now_param(nb, now), ob};
-    int rc = ensure_connected(h);
+    snprintf(fb, sizeof fb, "%lld", (long long)*cursor);
+    snprintf(lb, sizeof lb, "%llu", (unsigned long long)limit);
+    const char *v[] = {now_param(nb, now), ob, fb, lb};
+    rc = run(h, Q_PURGE, v, &r, 0);
     if (rc != 0) return rc;
-    PGresult *r = PQexecPrepared(p->conn, "acemq_purge", 2, v, NULL, NULL, 0);
-    rc = check(h, r, PGRES_COMMAND_OK, "purge");
-    if (rc != 0) return rc;
-    *purged = strtoull(PQcmdTuples(r), NULL, 10);
+    *purged = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+    int none = PQgetisnull(r, 0, 1);
+    int64_t lo = none ? 0 : strtoll(PQgetvalue(r, 0, 1), NULL, 10);
     PQclear(r);
+    if (none || lo > p->purge_end - (int64_t)limit)
+        *cursor = ACEMQ__PURGE_DONE;
+    else
+        *cursor = lo + (int64_t)limit;
     return 0;
 }
 
@@ -733,8 +762,9 @@ static const acemq__outbox_methods pg_methods = {
     .pending = pg_pending,
     .list_dead = pg_list_dead,
     .retry = pg_retry,
-    .purge = pg_purge,
+
     .wait = pg_wait,
+    .purge_batch = pg_purge_batch,
 };
 
 int acemq__outbox_open_pg(acemq_outbox *h, const char *conninfo)

@@ -116,7 +116,11 @@ static const char *const statement_sql[ST_COUNT] = {
     [ST_LIST_DEAD] = "SELECT " COLUMNS " FROM acemq_outbox WHERE state = 2 ORDER BY seq LIMIT ?1",
     [ST_RETRY] = "UPDATE acemq_outbox SET state = 0, attempts = 0, next_attempt_at = ?1,"
                  " lease_until = NULL WHERE id = ?2 AND state = 2",
-    [ST_PURGE] = "DELETE FROM acemq_outbox WHERE state = 1 AND published_at <= ?1",
+    /* The longest published first, through acemq_outbox_published; the
+     * rows a batch deletes leave that index at once, so the next batch
+     * starts where this one ended. */
+    [ST_PURGE] = "DELETE FROM acemq_outbox WHERE seq IN (SELECT seq FROM acemq_outbox"
+                 " WHERE state = 1 AND published_at <= ?1 ORDER BY published_at LIMIT ?2)",
     [ST_DATA_VERSION] = "PRAGMA data_version",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     /* Deferred: a read that needs one snapshot, taking no write lock. */
@@ -490,14 +494,18 @@ static int sq_retry(acemq_outbox *h, const char *id, int64_t now)
     return acemq__outbox_fail(h, ACEMQ_ENOENT, "retry: no dead record '%s'", id);
 }
 
-static int sq_purge(acemq_outbox *h, int64_t now, int64_t older_than_ms, uint64_t *purged)
+static int sq_purge_batch(acemq_outbox *h, int64_t now, int64_t older_than_ms, uint64_t limit,
+                          int64_t *cursor, uint64_t *purged)
 {
     sq *s = h->self;
     sqlite3_stmt *st = s->st[ST_PURGE];
     (void)sqlite3_bind_int64(st, 1, now - older_than_ms);
+    (void)sqlite3_bind_int64(st, 2, limit > INT64_MAX ? INT64_MAX : (sqlite3_int64)limit);
     int rc = run(h, s, ST_PURGE, "purge");
-    if (rc == 0) *purged = (uint64_t)sqlite3_changes64(s->db);
-    return rc;
+    if (rc != 0) return rc;
+    *purged = (uint64_t)sqlite3_changes64(s->db);
+    if (*purged < limit) *cursor = ACEMQ__PURGE_DONE; /* else the index goes on where it ended */
+    return 0;
 }
 
 static int read_data_version(acemq_outbox *h, sq *s, int64_t *out)
@@ -546,8 +554,9 @@ static const acemq__outbox_methods sqlite_methods = {
     .pending = sq_pending,
     .list_dead = sq_list_dead,
     .retry = sq_retry,
-    .purge = sq_purge,
     .wait = sq_wait,
+    .purge_batch = sq_purge_batch,
+    .purge_pauses = 1,
 };
 
 int acemq__outbox_open_sqlite(acemq_outbox *h, const acemq__url *url)

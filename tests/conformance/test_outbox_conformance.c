@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "conformance/outbox_fixture.h"
+#include "outbox/outbox_backend.h"
 #include "outbox/outbox_sync_hooks.h"
 
 static int use_pg;
@@ -347,6 +348,50 @@ static void purge_keeps_what_is_young(void **state)
     assert_int_equal(acemq_outbox_purge(h, 0, &purged), 0);
     assert_int_equal(purged, 1);         /* "young" */
     assert_int_equal(outbox_rows(f), 1); /* "waiting" is never purged */
+    acemq_outbox_close(h);
+}
+
+/* A purge goes in batches (here of 4, so that there are many), each its own
+ * transaction, and still deletes every record published long enough ago
+ * and nothing else: not the pending, dead or young ones between them, nor
+ * any across a gap in seq. 40 records, in seq order by tens: 3 pending
+ * (i % 10 == 3), dead (7), published young (9), the rest published long
+ * ago; then p12..p17 deleted, a gap. */
+static void purge_in_batches_misses_nothing(void **state)
+{
+    outbox_fixture *f = *state;
+    acemq_outbox *h = outbox_fixture_open(f);
+    char names[40][8];
+    const char *ids[40];
+    for (int i = 0; i < 40; i++) {
+        snprintf(names[i], sizeof names[i], "p%02d", i);
+        ids[i] = names[i];
+    }
+    add_committed(f, ids, NULL, 40);
+    outbox_sql(f, NULL,
+               "UPDATE acemq_outbox SET state = 1, published_at = 1000"
+               " WHERE id NOT LIKE '%3' AND id NOT LIKE '%7' AND id NOT LIKE '%9'");
+    outbox_sql(f, NULL, "UPDATE acemq_outbox SET state = 2 WHERE id LIKE '%7'");
+    /* The fixture's clock reads 1,000,000,000: published just now. */
+    outbox_sql(f, NULL,
+               "UPDATE acemq_outbox SET state = 1, published_at = 1000000000 WHERE id LIKE '%9'");
+    outbox_sql(f, NULL, "DELETE FROM acemq_outbox WHERE id BETWEEN 'p12' AND 'p17'");
+    long old = outbox_scalar(f, "SELECT count(*) FROM acemq_outbox WHERE published_at = 1000");
+    assert_int_equal(old, 40 - 12 - 4); /* 12 of the 40 not old, 4 of the gap's 6 old */
+    /* One batch stays within its limit (one DELETE of them all would not). */
+    int64_t cursor = 0;
+    uint64_t first = 0;
+    int64_t now = acemq_manual_clock_get(f->clock)->now_ms(acemq_manual_clock_get(f->clock)->ctx);
+    assert_int_equal(h->methods->purge_batch(h, now, 3600000, 4, &cursor, &first), 0);
+    assert_true(first >= 1 && first <= 4);
+    uint64_t purged = 0;
+    assert_int_equal(acemq__outbox_purge_batched(h, 3600000, 4, &purged), 0);
+    assert_int_equal(first + purged, old);
+    assert_int_equal(outbox_scalar(f, "SELECT count(*) FROM acemq_outbox WHERE state = 1"), 4);
+    /* p13 and p17 went with the gap. */
+    assert_int_equal(outbox_scalar(f, "SELECT count(*) FROM acemq_outbox WHERE state = 0"), 3);
+    assert_int_equal(outbox_scalar(f, "SELECT count(*) FROM acemq_outbox WHERE state = 2"), 3);
+    assert_int_equal(outbox_rows(f), 10);
     acemq_outbox_close(h);
 }
 
@@ -899,6 +944,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(backoff_attempt_limit_dead_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(long_reason_is_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(purge_keeps_what_is_young, setup, teardown),
+        cmocka_unit_test_setup_teardown(purge_in_batches_misses_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(delete_on_publish, setup, teardown),
         cmocka_unit_test_setup_teardown(ordering_keys_hold_back_only_their_own, setup, teardown),
         cmocka_unit_test_setup_teardown(dead_record_holds_back_its_key, setup, teardown),
