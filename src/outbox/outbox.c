@@ -453,6 +453,7 @@ int acemq__outbox_purge_batched(acemq_outbox *h, int64_t older_than_ms, uint64_t
                                 uint64_t *purged)
 {
     const acemq__outbox_methods *m = h->methods;
+    if (batch == 0) return acemq__outbox_fail(h, ACEMQ_EINVAL, "purge: a batch must be > 0");
     if (m->version < 2 || !m->purge_batch) {
         if (!m->purge) return acemq__outbox_fail(h, ACEMQ_ENOTSUP, "purge: not supported");
         return m->purge(h, now_of(h), older_than_ms, purged);

@@ -385,6 +385,7 @@ static void purge_in_batches_misses_nothing(void **state)
     assert_int_equal(h->methods->purge_batch(h, now, 3600000, 4, &cursor, &first), 0);
     assert_true(first >= 1 && first <= 4);
     uint64_t purged = 0;
+    assert_int_equal(acemq__outbox_purge_batched(h, 3600000, 0, &purged), ACEMQ_EINVAL);
     assert_int_equal(acemq__outbox_purge_batched(h, 3600000, 4, &purged), 0);
     assert_int_equal(first + purged, old);
     assert_int_equal(outbox_scalar(f, "SELECT count(*) FROM acemq_outbox WHERE state = 1"), 4);
