@@ -169,8 +169,10 @@ ACEMQ_EXTERN int acemq_outbox_retry(acemq_outbox *h, const char *id);
 ACEMQ_EXTERN int acemq_outbox_purge(acemq_outbox *h, int64_t older_than_ms, uint64_t *purged);
 
 /* Waits up to timeout_ms for new records: on PostgreSQL for the NOTIFY that
- * every insert into the outbox sends, on SQLite by polling PRAGMA
- * data_version. 1 when something was committed since the last call, 0 on
+ * every insert into the outbox sends, on SQLite for PRAGMA data_version to
+ * move (on Linux asleep until the database file or its -wal is written, and
+ * looking every 100 ms regardless; elsewhere polling every 5 ms;
+ * docs/outbox.md). 1 when something was committed since the last call, 0 on
  * timeout, or an error. */
 ACEMQ_EXTERN int acemq_outbox_wait(acemq_outbox *h, int timeout_ms);
 

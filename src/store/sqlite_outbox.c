@@ -21,6 +21,8 @@
 #include "acemq/sqlite.h"
 #include "outbox/outbox_backend.h"
 #include "outbox/outbox_sync_hooks.h"
+#include "outbox/outbox_wait_hooks.h"
+#include "store/file_watch.h"
 #include "store/sqlite_busy.h"
 #include "store/sqlite_errors.h"
 
@@ -129,11 +131,18 @@ static const char *const statement_sql[ST_COUNT] = {
     [ST_ROLLBACK] = "ROLLBACK",
 };
 
+enum { WATCH_UNTRIED, WATCH_ON, WATCH_OFF };
+
 typedef struct sq {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT];
     int64_t data_version;
     acemq__sqlite_busy busy; /* the busy handler's budget; a handle is one thread's */
+    /* sq_wait's wake-up on the file's writes, started by the first wait. */
+    acemq__file_watch watch;
+    int watch_state;
+    int64_t settle_until;   /* monotonic ms: look often until then (see sq_wait) */
+    uint64_t version_reads; /* PRAGMA data_version reads by sq_wait, for tests */
 } sq;
 
 static int sq_fail(acemq_outbox *h, sqlite3 *db, int rc, const char *doing)
@@ -290,6 +299,7 @@ static void sq_close(acemq_outbox *h)
     for (int i = 0; i < ST_COUNT; i++)
         (void)sqlite3_finalize(s->st[i]);
     (void)sqlite3_close(s->db);
+    if (s->watch_state == WATCH_ON) acemq__file_watch_close(&s->watch);
     free(s);
     h->self = NULL;
 }
@@ -521,26 +531,88 @@ static int read_data_version(acemq_outbox *h, sq *s, int64_t *out)
     return code;
 }
 
-/* PRAGMA data_version moves when another connection commits: a read of one
- * page of the WAL index, cheap enough to poll every few milliseconds. */
+static int64_t monotonic_ms(void)
+{
+    struct timespec t;
+    (void)clock_gettime(CLOCK_MONOTONIC, &t); /* cannot fail for this clock */
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void watch_start(sq *s)
+{
+    s->watch_state = WATCH_OFF;
+    const char *path = sqlite3_db_filename(s->db, "main");
+    if (path && *path && acemq__file_watch_open(&s->watch, path) == 0) s->watch_state = WATCH_ON;
+}
+
+static void watch_stop(sq *s)
+{
+    acemq__file_watch_close(&s->watch);
+    s->watch_state = WATCH_OFF;
+}
+
+/* Waits for another connection's commit: PRAGMA data_version moves then, and
+ * reading it is a look at one page of the WAL index.
+ *
+ * Without a watch it is read every POLL_STEP_MS, some 200 times a second
+ * while the relay is idle. With one (file_watch.h: a write to the file or its
+ * -wal, from any process on this machine) an idle wait sleeps until a write
+ * comes, and looks at least every WATCH_CHECK_MS all the same, for a writer
+ * the watch cannot see (on another machine, over a network file system).
+ * A write is not yet a commit: the writer appends its pages to the WAL
+ * (the event), syncs them, and only then publishes the commit in the WAL
+ * index, through shared memory, which raises no event. So after a write the
+ * wait looks every SETTLE_STEP_MS for SETTLE_MS, long enough for the sync;
+ * settle_until outlives the call, since the relay waits in slices. */
+enum { POLL_STEP_MS = 5, WATCH_CHECK_MS = 100, SETTLE_MS = 50, SETTLE_STEP_MS = 1 };
+
 static int sq_wait(acemq_outbox *h, int timeout_ms)
 {
     sq *s = h->self;
-    enum { STEP_MS = 5 };
-    for (int waited = 0;; waited += STEP_MS) {
+    /* Started before the first look: a commit after that look is an event. */
+    if (s->watch_state == WATCH_UNTRIED) watch_start(s);
+    int64_t deadline = monotonic_ms() + timeout_ms;
+    for (;;) {
         int64_t v = 0;
         int rc = read_data_version(h, s, &v);
         if (rc != 0) return rc;
+        s->version_reads++;
         if (v != s->data_version) {
             s->data_version = v;
             return 1;
         }
-        if (waited >= timeout_ms) return 0;
-        int step = timeout_ms - waited < STEP_MS ? timeout_ms - waited : STEP_MS;
-        struct timespec ts = {0, (long)step * 1000000L};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        int64_t now = monotonic_ms();
+        if (now >= deadline) return 0;
+        int left = (int)(deadline - now); /* at most timeout_ms */
+        if (s->watch_state != WATCH_ON) {
+            sleep_ms(left < POLL_STEP_MS ? left : POLL_STEP_MS);
+            continue;
         }
+        int written;
+        if (now < s->settle_until) {
+            sleep_ms(left < SETTLE_STEP_MS ? left : SETTLE_STEP_MS);
+            written = acemq__file_watch_wait(&s->watch, 0);
+        } else {
+            written =
+                acemq__file_watch_wait(&s->watch, left < WATCH_CHECK_MS ? left : WATCH_CHECK_MS);
+        }
+        if (written > 0) s->settle_until = monotonic_ms() + SETTLE_MS;
+        if (written < 0) watch_stop(s); /* the directory is gone, or worse: poll from here on */
     }
+}
+
+uint64_t acemq__sqlite_outbox_wait_reads(acemq_outbox *h, int *watching)
+{
+    sq *s = h->self;
+    if (watching) *watching = s->watch_state == WATCH_ON;
+    return s->version_reads;
 }
 
 static const acemq__outbox_methods sqlite_methods = {

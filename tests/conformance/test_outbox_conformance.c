@@ -20,6 +20,7 @@
 #include "conformance/outbox_fixture.h"
 #include "outbox/outbox_backend.h"
 #include "outbox/outbox_sync_hooks.h"
+#include "outbox/outbox_wait_hooks.h"
 
 static int use_pg;
 
@@ -775,6 +776,30 @@ static void wait_wakes_on_a_commit(void **state)
     acemq_outbox_close(h);
 }
 
+/* SQLite only. An idle wait sleeps on the file's writes (file_watch.h) and
+ * reads PRAGMA data_version every 100 ms as a safety net, where it used to
+ * read it every 5 ms: a wait of 500 ms that nothing interrupts reads it a
+ * handful of times, not a hundred (a slow machine reads it less often, never
+ * more). A commit from another connection then still wakes it. */
+static void an_idle_wait_sleeps_until_a_write(void **state)
+{
+    outbox_fixture *f = *state;
+    acemq_outbox *h = outbox_fixture_open(f);
+    assert_int_equal(acemq_outbox_wait(h, 0), 0);
+    int watching = 0;
+    uint64_t before = acemq__sqlite_outbox_wait_reads(h, &watching);
+    assert_int_equal(watching, 1);
+    assert_int_equal(acemq_outbox_wait(h, 500), 0);
+    uint64_t reads = acemq__sqlite_outbox_wait_reads(h, &watching) - before;
+    assert_int_equal(watching, 1);
+    assert_true(reads >= 1);
+    assert_true(reads <= 10);
+    const char *ids[] = {"after-the-sleep"};
+    add_committed(f, ids, NULL, 1);
+    assert_int_equal(acemq_outbox_wait(h, 10000), 1);
+    acemq_outbox_close(h);
+}
+
 static void add_before_the_schema_exists(void **state)
 {
     outbox_fixture *f = *state;
@@ -961,6 +986,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(default_clock_is_the_database_s, setup, teardown),
         cmocka_unit_test_setup_teardown(synchronous_reaches_the_session, setup, teardown),
     };
+    const struct CMUnitTest sqlite_tests[] = {
+        cmocka_unit_test_setup_teardown(an_idle_wait_sleeps_until_a_write, setup, teardown),
+    };
     const struct CMUnitTest postgres_tests[] = {
         cmocka_unit_test_setup_teardown(claims_stay_on_their_page, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lost_connection_comes_back, setup, teardown),
@@ -970,5 +998,7 @@ int main(int argc, char **argv)
                                              tests, NULL, NULL);
     if (use_pg)
         failed += cmocka_run_group_tests_name("outbox on postgres", postgres_tests, NULL, NULL);
+    else
+        failed += cmocka_run_group_tests_name("outbox on sqlite", sqlite_tests, NULL, NULL);
     return failed;
 }

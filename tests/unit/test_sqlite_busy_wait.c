@@ -18,34 +18,18 @@
 #include <cmocka.h>
 
 #include "acemq/sqlite.h"
+#include "unit/scratch_db.h"
 
-typedef struct fixture {
-    char dir[64], path[96];
-} fixture;
+typedef scratch_db fixture;
 
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/acemq-busy-XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
-    snprintf(f->path, sizeof f->path, "%s/app.db", f->dir);
-    *state = f;
-    return 0;
+    return scratch_db_setup(state, "busy");
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    char p[128];
-    const char *suffix[] = {"", "-wal", "-shm", "-journal"};
-    for (int i = 0; i < 4; i++) {
-        snprintf(p, sizeof p, "%s%s", f->path, suffix[i]);
-        (void)unlink(p);
-    }
-    (void)rmdir(f->dir);
-    free(f);
-    return 0;
+    return scratch_db_teardown(state);
 }
 
 static sqlite3 *open_db(const char *path)
