@@ -493,10 +493,15 @@ static void remove_slot(shard *s, size_t i)
 /* The fewest slots that hold a shard's share of max_entries within
  * max_load, rounded up to whole cache lines of tags: the most a table
  * needs, since a shard never holds more than per_shard_max. */
+static size_t slots_for(size_t per_shard_max, unsigned max_load)
+{
+    size_t want = per_shard_max * 8 / max_load + 1;
+    return (want + 63) & ~(size_t)63;
+}
+
 static size_t bound_slots(const memory_store *m)
 {
-    size_t want = m->per_shard_max * 8 / m->max_load + 1;
-    return (want + 63) & ~(size_t)63;
+    return slots_for(m->per_shard_max, m->max_load);
 }
 
 /* Doubles the table before it passes max_load, or grows it to bound_slots
@@ -1017,9 +1022,9 @@ static unsigned pick_shard_bits(size_t max_entries)
 
 /* The slots a shard starts with: INITIAL_SLOTS, or with presize all it will
  * ever have (bound_slots), so that it never grows (see the top). */
-static size_t initial_slots(const memory_store *m, int presize)
+static size_t initial_slots(size_t per_shard_max, unsigned max_load, int presize)
 {
-    size_t most = bound_slots(m);
+    size_t most = slots_for(per_shard_max, max_load);
     return !presize || most < INITIAL_SLOTS ? INITIAL_SLOTS : most;
 }
 
@@ -1028,7 +1033,7 @@ static size_t initial_slots(const memory_store *m, int presize)
  * presized table in (0 when the tables could not be had at all). */
 static int allocate_slots(memory_store *m, size_t nshards, int presize, int *fault_errno)
 {
-    size_t want = initial_slots(m, presize);
+    size_t want = initial_slots(m->per_shard_max, m->max_load, presize);
     *fault_errno = 0;
     for (size_t i = 0; i < nshards; i++) {
         m->shards[i].tags = acemq__arena_alloc(&m->arena, want);
@@ -1052,8 +1057,12 @@ static int allocate_slots(memory_store *m, size_t nshards, int presize, int *fau
  * in would end in the out-of-memory killer (memory_room.h). */
 static int check_presize_fits(acemq_idem *h, unsigned max_load)
 {
-    size_t per_entry = ACEMQ__RECORD_SIZE + (sizeof(slot) + 1) * 8 / max_load + 1;
-    size_t need = h->opts.max_entries * per_entry; /* max_entries <= 2^30: no overflow */
+    /* What open then takes: every shard's records and its whole table of
+     * slots and tags (max_entries <= 2^30: no overflow). */
+    size_t nshards = (size_t)1 << pick_shard_bits(h->opts.max_entries);
+    size_t per_shard_max = h->opts.max_entries / nshards;
+    size_t slots = initial_slots(per_shard_max, max_load, 1);
+    size_t need = nshards * (per_shard_max * ACEMQ__RECORD_SIZE + slots * (sizeof(slot) + 1));
     acemq__memory_room room;
     acemq__memory_room_get(&room);
     if (need <= room.bytes) return 0;
