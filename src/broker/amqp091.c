@@ -42,6 +42,7 @@
 #include <jansson.h>
 
 #include "broker/broker_backend.h"
+#include "core/mono_time.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 10000
@@ -97,20 +98,6 @@ typedef struct amqp_self {
     size_t cap_entries;
 } amqp_self;
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static struct timeval ms_to_tv(int64_t ms)
 {
     if (ms < 0) ms = 0;
@@ -163,7 +150,7 @@ static void drop_connection(amqp_self *s)
         s->conn = NULL;
     }
     s->channel_open = 0;
-    s->lost_at_ms = now_ms();
+    s->lost_at_ms = acemq__mono_ms();
 }
 
 static int open_channel(acemq_broker *b, amqp_self *s)
@@ -260,11 +247,11 @@ static int ensure_ready(acemq_broker *b, amqp_self *s)
         if (open_channel(b, s) == 0) return 0;
         drop_connection(s);
     }
-    int64_t wait = s->lost_at_ms + s->backoff_ms - now_ms();
-    if (wait > 0) sleep_ms(wait);
+    int64_t wait = s->lost_at_ms + s->backoff_ms - acemq__mono_ms();
+    if (wait > 0) acemq__sleep_ms(wait);
     int rc = connect_now(b, s);
     if (rc) {
-        s->lost_at_ms = now_ms();
+        s->lost_at_ms = acemq__mono_ms();
         s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
         return rc == ACEMQ_ENOMEM ? rc : ACEMQ_EIO;
     }
@@ -419,7 +406,7 @@ static const char *status_words(char *buf, size_t len, int st, int e)
  * comes back at once, even past the deadline). */
 static int read_frame(amqp_self *s, amqp_frame_t *f, int64_t deadline)
 {
-    struct timeval tv = ms_to_tv(deadline - now_ms());
+    struct timeval tv = ms_to_tv(deadline - acemq__mono_ms());
     return amqp_simple_wait_frame_noblock(s->conn, f, &tv);
 }
 
@@ -550,7 +537,7 @@ static int64_t oldest_deadline(acemq_broker *b, amqp_self *s)
         if (!sr->done && sr->lo < sr->sent)
             return sr->sent_at_us[sr->lo] / 1000 + b->opts.confirm_timeout_ms;
     }
-    return now_ms(); /* nothing in flight: callers do not wait then */
+    return acemq__mono_ms(); /* nothing in flight: callers do not wait then */
 }
 
 /* Reads and handles one frame: 0 to go on, 1 when every outstanding send

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "broker/broker_backend.h"
+#include "core/mono_time.h"
 
 #if UINTPTR_MAX == UINT64_MAX
 /* confirm_us took the padding after outcome: programs built against the
@@ -87,9 +88,7 @@ void acemq_broker_close(acemq_broker *b)
 
 int64_t acemq__broker_now_us(void)
 {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return acemq__mono_us();
 }
 
 uint32_t acemq__broker_confirm_us(int64_t sent_us, int64_t at_us)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/mono_time.h"
 #include "outbox/outbox_backend.h"
 
 void acemq_outbox_options_init(acemq_outbox_options *o)
@@ -435,13 +436,6 @@ int acemq_outbox_retry(acemq_outbox *h, const char *id)
 #define PURGE_BATCH 5000
 #define PURGE_PAUSE_MAX_US INT64_C(100000)
 
-static int64_t purge_clock_us(void)
-{
-    struct timespec ts;
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void purge_pause_us(int64_t us)
 {
     if (us > PURGE_PAUSE_MAX_US) us = PURGE_PAUSE_MAX_US;
@@ -461,11 +455,11 @@ int acemq__outbox_purge_batched(acemq_outbox *h, int64_t older_than_ms, uint64_t
     int64_t cursor = 0;
     for (;;) {
         uint64_t n = 0;
-        int64_t t0 = purge_clock_us();
+        int64_t t0 = acemq__mono_us();
         int rc = m->purge_batch(h, now_of(h), older_than_ms, batch, &cursor, &n);
         *purged += n;
         if (rc != 0 || cursor == ACEMQ__PURGE_DONE) return rc;
-        if (m->purge_pauses) purge_pause_us(purge_clock_us() - t0);
+        if (m->purge_pauses) purge_pause_us(acemq__mono_us() - t0);
     }
 }
 

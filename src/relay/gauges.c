@@ -4,11 +4,11 @@
 #include <errno.h>
 #include <time.h>
 
+#include "core/mono_time.h"
+
 double acemq__gauges_now_ms(void)
 {
-    struct timespec ts;
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return (double)acemq__mono_us() / 1e3;
 }
 
 double acemq__gauges_interval_ms(double took_ms)

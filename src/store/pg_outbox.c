@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "acemq/postgres.h"
+#include "core/mono_time.h"
 #include "outbox/outbox_backend.h"
 #include "outbox/outbox_sync_hooks.h"
 
@@ -704,13 +705,6 @@ static int pg_purge_batch(acemq_outbox *h, int64_t now, int64_t older_than_ms, u
     return 0;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Drains notifications libpq already holds: 1 when there was one. */
 static int drain_notifies(PGconn *conn)
 {
@@ -728,12 +722,12 @@ static int pg_wait(acemq_outbox *h, int timeout_ms)
     pg *p = h->self;
     int rc = ensure_connected(h);
     if (rc != 0) return rc;
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = acemq__mono_ms() + timeout_ms;
     for (;;) {
         if (PQconsumeInput(p->conn) != 1)
             return pg_fail(h, ACEMQ_EIO, "waiting for NOTIFY", PQerrorMessage(p->conn));
         if (drain_notifies(p->conn)) return 1;
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - acemq__mono_ms();
         if (left <= 0) return 0;
         struct pollfd pfd = {.fd = PQsocket(p->conn), .events = POLLIN};
         if (pfd.fd < 0) return pg_fail(h, ACEMQ_EIO, "waiting for NOTIFY", "no socket");

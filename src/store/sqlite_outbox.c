@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "acemq/sqlite.h"
+#include "core/mono_time.h"
 #include "outbox/outbox_backend.h"
 #include "outbox/outbox_sync_hooks.h"
 #include "outbox/outbox_wait_hooks.h"
@@ -531,20 +532,6 @@ static int read_data_version(acemq_outbox *h, sq *s, int64_t *out)
     return code;
 }
 
-static int64_t monotonic_ms(void)
-{
-    struct timespec t;
-    (void)clock_gettime(CLOCK_MONOTONIC, &t); /* cannot fail for this clock */
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static void watch_start(sq *s)
 {
     s->watch_state = WATCH_OFF;
@@ -578,7 +565,7 @@ static int sq_wait(acemq_outbox *h, int timeout_ms)
     sq *s = h->self;
     /* Started before the first look: a commit after that look is an event. */
     if (s->watch_state == WATCH_UNTRIED) watch_start(s);
-    int64_t deadline = monotonic_ms() + timeout_ms;
+    int64_t deadline = acemq__mono_ms() + timeout_ms;
     for (;;) {
         int64_t v = 0;
         int rc = read_data_version(h, s, &v);
@@ -588,22 +575,22 @@ static int sq_wait(acemq_outbox *h, int timeout_ms)
             s->data_version = v;
             return 1;
         }
-        int64_t now = monotonic_ms();
+        int64_t now = acemq__mono_ms();
         if (now >= deadline) return 0;
         int left = (int)(deadline - now); /* at most timeout_ms */
         if (s->watch_state != WATCH_ON) {
-            sleep_ms(left < POLL_STEP_MS ? left : POLL_STEP_MS);
+            acemq__sleep_ms(left < POLL_STEP_MS ? left : POLL_STEP_MS);
             continue;
         }
         int written;
         if (now < s->settle_until) {
-            sleep_ms(left < SETTLE_STEP_MS ? left : SETTLE_STEP_MS);
+            acemq__sleep_ms(left < SETTLE_STEP_MS ? left : SETTLE_STEP_MS);
             written = acemq__file_watch_wait(&s->watch, 0);
         } else {
             written =
                 acemq__file_watch_wait(&s->watch, left < WATCH_CHECK_MS ? left : WATCH_CHECK_MS);
         }
-        if (written > 0) s->settle_until = monotonic_ms() + SETTLE_MS;
+        if (written > 0) s->settle_until = acemq__mono_ms() + SETTLE_MS;
         if (written < 0) watch_stop(s); /* the directory is gone, or worse: poll from here on */
     }
 }
