@@ -16,23 +16,35 @@
  * what its locking costs. The ratio is ActiveMQ ns / acemq ns; the target is
  * >= 10 (single thread). A missed target is printed, never a failure.
  *
+ * The two sides take turns: the peer runs as a server (activemq-peer.sh
+ * --time --serve, one JVM per API, warmed up before the first round), and
+ * each round runs one pass of the peer's isDuplicate(String), then one of
+ * each text form, then one of the peer's isDuplicate(MessageId), then one
+ * of each split form. This machine moves between states for seconds at a
+ * time (the same pass 30 % to 60 % slower, on either side); taking turns,
+ * both sides meet the same states. Each side's figure is its median over
+ * the rounds, and the ratio the median of the rounds' ratios (a round's
+ * peer pass against the same round's acemq pass).
+ *
  * The batch entry points (acemq_audit_check_many, acemq_audit_check_seq_many)
  * are timed too, on batches of MANY_BATCH ids, and labelled as such
  * (text/check_many, split/check_seq_many, text/check_many/thread-safe): ActiveMQ has
  * no batch call, but its harness also loops over an array of ids already in
  * memory, so the pairing is the same; the per-id lines stay the headline.
  *
- *   bench_audit [--gen PATH | --stream FILE] [--out FILE] [--reps N] [--no-peer]
+ *   bench_audit [--gen PATH | --stream FILE] [--out FILE] [--rounds N] [--no-peer]
  *
  * Exit status: 0 measured (peer skipped included), 1 something broke, 2 usage.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,7 +63,7 @@ typedef struct config {
     const char *stream; /* or an existing stream */
     const char *out_path;
     const char *peer;
-    int reps;
+    int rounds;
     int no_peer;
 } config;
 
@@ -70,11 +82,6 @@ typedef struct stream {
     char **copies; /* the copies, one per producer: [0, ncopies) */
     size_t ncopies;
 } stream;
-
-typedef struct peer_result {
-    double ns;   /* > 0 when measured */
-    int skipped; /* 1: exit 3 */
-} peer_result;
 
 static void *xmalloc(size_t n)
 {
@@ -223,74 +230,153 @@ static double run_once(const stream *s, int form, unsigned flags, size_t *dups)
     return (t1 - t0) * 1e9 / (double)s->n;
 }
 
-/* Median ns per id over reps passes, after one untimed warm-up pass. */
-static double measure(const stream *s, int form, unsigned flags, int reps, size_t *dups)
-{
-    double *v = xmalloc((size_t)reps * sizeof *v);
-    (void)run_once(s, form, flags, dups);
-    for (int r = 0; r < reps; r++) {
-        size_t d;
-        v[r] = run_once(s, form, flags, &d);
-        if (d != *dups) die("runs disagree: %zu then %zu duplicates", *dups, d);
-    }
-    double m = median(v, reps);
-    free(v);
-    return m;
-}
+/* The peer as a server (activemq-peer.sh --time --serve): one timed pass of
+ * ActiveMQ's audit over the whole stream each time it is asked. */
+typedef struct peer {
+    const char *api; /* "string" or "messageid" */
+    pid_t pid;
+    FILE *to, *from;
+    int running; /* ready and not yet ended */
+    int skipped; /* exited 3: Java or ActiveMQ's jars missing */
+} peer;
 
-/* Runs the peer's --time on the stream; its first stdout line is "ns_per_id X". */
-static peer_result run_peer(const config *cfg, const char *api, const char *path)
+/* Starts the peer on the stream and waits for its "ready" (the file loaded,
+ * the JIT warmed up); one that exits 3 first is skipped. */
+static void peer_start(peer *pp, const char *program, const char *api, const char *path)
 {
-    peer_result r = {0, 0};
-    char cmd[4096];
-    int n = snprintf(cmd, sizeof cmd, "'%s' --time --api %s '%s'", cfg->peer, api, path);
-    if (n < 0 || (size_t)n >= sizeof cmd) die("peer command too long");
+    memset(pp, 0, sizeof *pp);
+    pp->api = api;
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) die("pipe: %s", strerror(errno));
     fflush(stdout);
-    FILE *p = popen(cmd, "r");
-    if (!p) die("popen: %s", strerror(errno));
-    char line[512];
-    double ns = 0;
-    int got = 0;
-    while (fgets(line, sizeof line, p)) {
-        if (!got && sscanf(line, "ns_per_id %lf", &ns) == 1) {
-            got = 1;
-            continue;
-        }
-        fputs(line, stdout); /* the peer's human line */
+    fflush(stderr);
+    pp->pid = fork();
+    if (pp->pid < 0) die("fork: %s", strerror(errno));
+    if (pp->pid == 0) {
+        if (dup2(to_child[0], STDIN_FILENO) < 0 || dup2(from_child[1], STDOUT_FILENO) < 0)
+            _exit(127);
+        close(to_child[0]);
+        close(to_child[1]);
+        close(from_child[0]);
+        close(from_child[1]);
+        execl(program, program, "--time", "--serve", "--api", api, path, (char *)NULL);
+        _exit(127);
     }
-    int status = pclose(p);
-    if (status == -1) die("pclose: %s", strerror(errno));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == PEER_SKIPPED) {
-        r.skipped = 1;
-        return r;
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !got || ns <= 0)
-        die("the ActiveMQ peer (--api %s) failed (status %d)", api, status);
-    r.ns = ns;
-    return r;
+    close(to_child[0]);
+    close(from_child[1]);
+    pp->to = fdopen(to_child[1], "w");
+    pp->from = fdopen(from_child[0], "r");
+    if (!pp->to || !pp->from) die("fdopen: %s", strerror(errno));
 }
 
-static void report(FILE *out, const char *name, double ns, const char *peer, const peer_result *pr)
+static int peer_reap(peer *pp)
 {
-    if (pr && pr->ns > 0) {
-        double ratio = pr->ns / ns;
-        printf("%-27s %10.2f  %-22s %10.2f %8.1fx  %s\n", name, ns, peer, pr->ns, ratio,
+    int status;
+    while (waitpid(pp->pid, &status, 0) < 0)
+        if (errno != EINTR) die("waitpid: %s", strerror(errno));
+    return status;
+}
+
+static void peer_wait_ready(peer *pp)
+{
+    char line[512];
+    if (fgets(line, sizeof line, pp->from) && strcmp(line, "ready\n") == 0) {
+        pp->running = 1;
+        return;
+    }
+    fclose(pp->to);
+    fclose(pp->from);
+    int status = peer_reap(pp);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == PEER_SKIPPED) {
+        pp->skipped = 1;
+        return;
+    }
+    die("the ActiveMQ peer (--api %s) failed to start (status %d)", pp->api, status);
+}
+
+/* One timed pass of the peer: its ns per id. */
+static double peer_pass(peer *pp)
+{
+    if (fputs("pass\n", pp->to) == EOF || fflush(pp->to) != 0)
+        die("the ActiveMQ peer (--api %s): %s", pp->api, strerror(errno));
+    char line[256];
+    double ns = 0;
+    if (!fgets(line, sizeof line, pp->from) || sscanf(line, "ns %lf", &ns) != 1 || ns <= 0)
+        die("the ActiveMQ peer (--api %s) stopped answering", pp->api);
+    return ns;
+}
+
+/* Ends the peer and prints its own summary line of the passes it ran. */
+static void peer_end(peer *pp)
+{
+    if (!pp->running) return;
+    pp->running = 0;
+    if (fputs("end\n", pp->to) == EOF || fclose(pp->to) != 0)
+        die("the ActiveMQ peer (--api %s): %s", pp->api, strerror(errno));
+    char line[512];
+    while (fgets(line, sizeof line, pp->from))
+        if (strncmp(line, "ns_per_id ", 10) != 0) fputs(line, stdout); /* the human line */
+    fclose(pp->from);
+    int status = peer_reap(pp);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        die("the ActiveMQ peer (--api %s) failed (status %d)", pp->api, status);
+}
+
+/* What each case times, and which of the peer's APIs it is set beside. */
+typedef struct bench_case {
+    const char *name;
+    int form;
+    unsigned flags;
+    int by_string; /* 1: beside isDuplicate(String); 0: isDuplicate(MessageId) */
+} bench_case;
+
+static const bench_case cases[] = {
+    {"text/check", FORM_TEXT, 0, 1},
+    {"split/check_seq", FORM_SPLIT, 0, 0},
+    {"split/check_seq/interned", FORM_INTERNED, 0, 0},
+    {"text/check/thread-safe", FORM_TEXT, ACEMQ_AUDIT_THREAD_SAFE, 1},
+    {"text/check_many", FORM_TEXT_MANY, 0, 1},
+    {"split/check_seq_many", FORM_SPLIT_MANY, 0, 0},
+    {"text/check_many/thread-safe", FORM_TEXT_MANY, ACEMQ_AUDIT_THREAD_SAFE, 1},
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+/* One case's line and JSON: peer_ns NULL when the peer was skipped, or
+ * not asked for (no_peer). */
+static void report(FILE *out, const bench_case *c, const double *ns, const double *peer_ns,
+                   int rounds, int no_peer)
+{
+    double *v = xmalloc((size_t)rounds * sizeof *v);
+    memcpy(v, ns, (size_t)rounds * sizeof *v);
+    double mine = median(v, rounds);
+    const char *peer_name = c->by_string ? "activemq-string" : "activemq-messageid";
+    if (peer_ns) {
+        double theirs, ratio;
+        memcpy(v, peer_ns, (size_t)rounds * sizeof *v);
+        theirs = median(v, rounds);
+        for (int r = 0; r < rounds; r++)
+            v[r] = peer_ns[r] / ns[r];
+        ratio = median(v, rounds);
+        printf("%-27s %10.2f  %-22s %10.2f %8.1fx  %s\n", c->name, mine, peer_name, theirs, ratio,
                ratio >= TARGET_RATIO ? "yes" : "NO");
         fprintf(out,
                 "{\"bench\":\"audit\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"ns/id\","
-                "\"peer\":\"%s\",\"peer_value\":%.2f,\"ratio\":%.3f,\"target\":\">= 10 x peer "
-                "speed\",\"target_met\":%s}\n",
-                name, ns, peer, pr->ns, ratio, ratio >= TARGET_RATIO ? "true" : "false");
+                "\"peer\":\"%s\",\"peer_value\":%.2f,\"ratio\":%.3f,\"rounds\":%d,"
+                "\"target\":\">= 10 x peer speed\",\"target_met\":%s}\n",
+                c->name, mine, peer_name, theirs, ratio, rounds,
+                ratio >= TARGET_RATIO ? "true" : "false");
     } else {
-        const char *why = pr ? "skipped" : "-";
-        printf("%-27s %10.2f  %-22s %10s %9s  %s\n", name, ns, pr ? peer : "-", why, "-", "-");
+        const char *why = no_peer ? "-" : "skipped";
+        printf("%-27s %10.2f  %-22s %10s %9s  %s\n", c->name, mine, no_peer ? "-" : peer_name, why,
+               "-", "-");
         fprintf(out,
                 "{\"bench\":\"audit\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"ns/id\","
-                "\"peer\":%s%s%s,\"peer_value\":null,\"ratio\":null,\"target\":%s,"
-                "\"target_met\":null}\n",
-                name, ns, pr ? "\"" : "", pr ? peer : "null", pr ? "\"" : "",
-                pr ? "\">= 10 x peer speed\"" : "null");
+                "\"peer\":%s%s%s,\"peer_value\":null,\"ratio\":null,\"rounds\":%d,"
+                "\"target\":%s,\"target_met\":null}\n",
+                c->name, mine, no_peer ? "" : "\"", no_peer ? "null" : peer_name,
+                no_peer ? "" : "\"", rounds, no_peer ? "null" : "\">= 10 x peer speed\"");
     }
+    free(v);
     fflush(stdout);
     if (fflush(out) != 0) die("writing results: %s", strerror(errno));
 }
@@ -298,11 +384,12 @@ static void report(FILE *out, const char *name, double ns, const char *peer, con
 static void usage(const char *why)
 {
     if (why) fprintf(stderr, "bench_audit: %s\n", why);
-    fputs("usage: bench_audit [--gen PATH | --stream FILE] [--out FILE] [--reps N] [--no-peer]\n"
+    fputs("usage: bench_audit [--gen PATH | --stream FILE] [--out FILE] [--rounds N] [--no-peer]\n"
           "  --gen PATH     gen_audit_stream, run with its defaults (issue 3's stream)\n"
           "  --stream FILE  an existing stream of ids instead\n"
           "  --out FILE     append JSON lines here (default bench/results/latest.jsonl)\n"
-          "  --reps N       timed passes per measurement; the median is reported (default 7)\n"
+          "  --rounds N     rounds, each one timed pass of every case and of the peer;\n"
+          "                 medians are reported (default 11)\n"
           "  --peer PATH    ActiveMQ's audit (default bench/peers/activemq-peer.sh)\n"
           "  --no-peer      time acemq alone\n",
           stderr);
@@ -315,7 +402,7 @@ int main(int argc, char **argv)
     config cfg = {0};
     cfg.out_path = ACEMQ_SOURCE_DIR "/bench/results/latest.jsonl";
     cfg.peer = ACEMQ_SOURCE_DIR "/bench/peers/activemq-peer.sh";
-    cfg.reps = 7;
+    cfg.rounds = 11;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-peer") == 0) {
@@ -332,16 +419,18 @@ int main(int argc, char **argv)
             cfg.out_path = v;
         else if (strcmp(a, "--peer") == 0)
             cfg.peer = v;
-        else if (strcmp(a, "--reps") == 0) {
+        else if (strcmp(a, "--rounds") == 0) {
             char *end;
             long r = strtol(v, &end, 10);
-            if (*end != '\0' || r < 1 || r > 1000) usage("--reps: 1..1000");
-            cfg.reps = (int)r;
+            if (*end != '\0' || r < 1 || r > 1000) usage("--rounds: 1..1000");
+            cfg.rounds = (int)r;
         } else
             usage("unknown option");
         i++;
     }
     if (!cfg.gen == !cfg.stream) usage("give --gen or --stream");
+    /* A peer that dies must be an error message, not a signal. */
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) die("signal: %s", strerror(errno));
 
     char tmp[] = "/tmp/acemq-audit-stream.XXXXXX";
     const char *path = cfg.stream;
@@ -356,51 +445,83 @@ int main(int argc, char **argv)
         if (system(cmd) != 0) die("%s failed", cfg.gen);
         path = tmp;
     }
-    check_quotable(path);
-    check_quotable(cfg.peer);
 
     stream s;
     load(&s, path);
     FILE *out = fopen(cfg.out_path, "a");
     if (!out) die("%s: %s", cfg.out_path, strerror(errno));
 
-    printf("message audit: %zu ids from %s; median of %d passes, ns per id, one thread\n", s.n,
-           cfg.gen ? "gen_audit_stream (issue 3's stream)" : path, cfg.reps);
-    size_t dups_text, dups_split, dups_interned, dups_ts, dups_many, dups_seq_many, dups_ts_many;
-    double text = measure(&s, FORM_TEXT, 0, cfg.reps, &dups_text);
-    double split = measure(&s, FORM_SPLIT, 0, cfg.reps, &dups_split);
-    double interned = measure(&s, FORM_INTERNED, 0, cfg.reps, &dups_interned);
-    double ts_text = measure(&s, FORM_TEXT, ACEMQ_AUDIT_THREAD_SAFE, cfg.reps, &dups_ts);
-    double many = measure(&s, FORM_TEXT_MANY, 0, cfg.reps, &dups_many);
-    double seq_many = measure(&s, FORM_SPLIT_MANY, 0, cfg.reps, &dups_seq_many);
-    double ts_many = measure(&s, FORM_TEXT_MANY, ACEMQ_AUDIT_THREAD_SAFE, cfg.reps, &dups_ts_many);
-    if (dups_split != dups_text || dups_interned != dups_text || dups_ts != dups_text ||
-        dups_many != dups_text || dups_seq_many != dups_text || dups_ts_many != dups_text)
-        die("the forms disagree: %zu, %zu, %zu, %zu, %zu, %zu, %zu duplicates", dups_text,
-            dups_split, dups_interned, dups_ts, dups_many, dups_seq_many, dups_ts_many);
-    printf("acemq: %zu duplicates found by every form\n", dups_text);
-
-    peer_result p_string = {0, 1}, p_msgid = {0, 1};
+    /* The peers load the stream and warm up while nothing is timed. */
+    peer by_string = {0}, by_msgid = {0};
+    int have_peer = 0;
     if (!cfg.no_peer) {
-        p_string = run_peer(&cfg, "string", path);
-        p_msgid = run_peer(&cfg, "messageid", path);
-        if (p_string.skipped || p_msgid.skipped)
+        peer_start(&by_string, cfg.peer, "string", path);
+        peer_start(&by_msgid, cfg.peer, "messageid", path);
+        peer_wait_ready(&by_string);
+        peer_wait_ready(&by_msgid);
+        have_peer = by_string.running && by_msgid.running;
+        if (!have_peer) {
+            peer_end(&by_string);
+            peer_end(&by_msgid);
             printf("ActiveMQ peer skipped: Java or ActiveMQ's jars are not installed "
                    "(bench/peers/activemq-peer.sh exited %d)\n",
                    PEER_SKIPPED);
+        }
     } else {
         printf("ActiveMQ peer skipped: --no-peer\n");
     }
 
+    printf("message audit: %zu ids from %s; %d rounds, each one pass of every case and of the "
+           "peer, in turn; ns per id, one thread\n",
+           s.n, cfg.gen ? "gen_audit_stream (issue 3's stream)" : path, cfg.rounds);
+    size_t dups = 0;
+    for (size_t c = 0; c < NCASES; c++) { /* acemq's warm-up pass */
+        size_t d;
+        (void)run_once(&s, cases[c].form, cases[c].flags, &d);
+        if (c == 0) dups = d;
+        if (d != dups)
+            die("%s found %zu duplicates, %s %zu", cases[c].name, d, cases[0].name, dups);
+    }
+    double(*ns)[NCASES] = calloc((size_t)cfg.rounds, sizeof *ns);
+    double *peer_string = calloc((size_t)cfg.rounds, sizeof *peer_string);
+    double *peer_msgid = calloc((size_t)cfg.rounds, sizeof *peer_msgid);
+    if (!ns || !peer_string || !peer_msgid) die("out of memory");
+    for (int r = 0; r < cfg.rounds; r++) {
+        /* The text cases right after the peer's text pass, the split ones
+         * after its split pass. */
+        for (int by_str = 1; by_str >= 0; by_str--) {
+            if (have_peer)
+                (by_str ? peer_string : peer_msgid)[r] = peer_pass(by_str ? &by_string : &by_msgid);
+            for (size_t c = 0; c < NCASES; c++) {
+                if (cases[c].by_string != by_str) continue;
+                size_t d;
+                ns[r][c] = run_once(&s, cases[c].form, cases[c].flags, &d);
+                if (d != dups)
+                    die("%s found %zu duplicates, %s %zu", cases[c].name, d, cases[0].name, dups);
+            }
+        }
+    }
+    printf("acemq: %zu duplicates found by every case in every round\n", dups);
+    if (have_peer) {
+        peer_end(&by_string);
+        peer_end(&by_msgid);
+    }
+
     printf("\n%-27s %10s  %-22s %10s %9s  %s\n", "case", "acemq ns", "peer", "peer ns", "ratio",
            "ratio >= 10");
-    report(out, "text/check", text, "activemq-string", &p_string);
-    report(out, "split/check_seq", split, "activemq-messageid", &p_msgid);
-    report(out, "split/check_seq/interned", interned, "activemq-messageid", &p_msgid);
-    report(out, "text/check/thread-safe", ts_text, "activemq-string", &p_string);
-    report(out, "text/check_many", many, "activemq-string", &p_string);
-    report(out, "split/check_seq_many", seq_many, "activemq-messageid", &p_msgid);
-    report(out, "text/check_many/thread-safe", ts_many, "activemq-string", &p_string);
+    double *col = xmalloc((size_t)cfg.rounds * sizeof *col);
+    for (size_t c = 0; c < NCASES; c++) {
+        for (int r = 0; r < cfg.rounds; r++)
+            col[r] = ns[r][c];
+        report(out, &cases[c], col,
+               have_peer ? (cases[c].by_string ? peer_string : peer_msgid) : NULL, cfg.rounds,
+               cfg.no_peer);
+    }
+    printf("(medians over the rounds; ratio: the median of the rounds' peer/acemq)\n");
+    free(col);
+    free(ns);
+    free(peer_string);
+    free(peer_msgid);
 
     if (fclose(out) != 0) die("%s: %s", cfg.out_path, strerror(errno));
     if (cfg.gen) unlink(tmp);

@@ -21,6 +21,12 @@
  *              ("ns_per_id X", then a human line with every repetition).
  *              --api string times isDuplicate(String) on the text ids instead:
  *              ActiveMQ's own parsing inside the loop.
+ * --serve      with --time: after the warm-up, prints "ready" and then runs
+ *              one timed pass for each line "pass" read on stdin, printing
+ *              "ns X" for it, until "end" or the end of input; then the two
+ *              lines of --time over the passes run. For a caller that
+ *              alternates the peer's passes with its own (bench_audit), so
+ *              that both sides meet the machine in the same states.
  *
  * Exit status: 0 done, 1 an error (unreadable file, bad id in --time), 2 usage.
  */
@@ -45,7 +51,7 @@ import org.apache.activemq.command.ProducerId;
 public final class ActiveMQAuditPeer {
     private static final String USAGE =
         "usage: activemq-peer.sh (--decisions | --time) [--depth N] [--producers N]\n"
-        + "                        [--api messageid|string] [--reps N] [--warmup N] FILE|-\n"
+        + "                        [--api messageid|string] [--reps N] [--warmup N] [--serve] FILE|-\n"
         + "  --decisions     print new/duplicate for each id, in order\n"
         + "  --time          print the median ns per id of the audit's check loop\n"
         + "  --depth N       auditDepth (default 2048)\n"
@@ -53,6 +59,7 @@ public final class ActiveMQAuditPeer {
         + "  --api messageid isDuplicate(MessageId) on ids parsed beforehand (default)\n"
         + "  --api string    isDuplicate(String): ActiveMQ parses the text id in the loop\n"
         + "  --reps N        timed repetitions (default 15)\n"
+        + "  --serve         with --time: one timed pass per line \"pass\" on stdin\n"
         + "  --warmup N      untimed warm-up passes (default 5)\n";
 
     private ActiveMQAuditPeer() {
@@ -83,12 +90,14 @@ public final class ActiveMQAuditPeer {
 
     public static void main(String[] args) throws IOException {
         String mode = null, file = null, api = "messageid";
+        boolean serve = false;
         int depth = ActiveMQMessageAuditNoSync.DEFAULT_WINDOW_SIZE;
         int producers = ActiveMQMessageAuditNoSync.MAXIMUM_PRODUCER_COUNT;
         int reps = 15, warmup = 5;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
             case "--decisions": case "--time": mode = args[i]; break;
+            case "--serve": serve = true; break;
             case "--depth": depth = intArg(args, ++i, "--depth"); break;
             case "--producers": producers = intArg(args, ++i, "--producers"); break;
             case "--reps": reps = intArg(args, ++i, "--reps"); break;
@@ -106,9 +115,11 @@ public final class ActiveMQAuditPeer {
         }
         if (mode == null) usage("give --decisions or --time");
         if (file == null) usage("give an id file (or - for stdin)");
+        if (serve && !mode.equals("--time")) usage("--serve goes with --time");
+        if (serve && file.equals("-")) usage("--serve reads its commands on stdin: give a file");
         try {
             if (mode.equals("--decisions")) decisions(file, depth, producers, api);
-            else time(file, depth, producers, api, reps, warmup);
+            else time(file, depth, producers, api, reps, warmup, serve);
         } catch (java.nio.file.NoSuchFileException e) {
             System.err.println("activemq-peer: " + file + ": no such file");
             System.exit(1);
@@ -168,7 +179,7 @@ public final class ActiveMQAuditPeer {
     }
 
     private static void time(String file, int depth, int producers, String api, int reps,
-                             int warmup) throws IOException {
+                             int warmup, boolean serve) throws IOException {
         ArrayList<String> lines = new ArrayList<>();
         try (BufferedReader in = new BufferedReader(open(file), 1 << 16)) {
             String line;
@@ -218,19 +229,44 @@ public final class ActiveMQAuditPeer {
             dups = byString ? passStrings(strings, depth, producers) : passIds(ids, depth, producers);
         System.gc(); // not during the timed passes, as far as we can help it
 
-        double[] ns = new double[reps];
-        for (int r = 0; r < reps; r++) {
+        ArrayList<Double> passes = new ArrayList<>();
+        BufferedReader commands = serve
+            ? new BufferedReader(new InputStreamReader(System.in, StandardCharsets.US_ASCII)) : null;
+        if (serve) {
+            System.out.println("ready");
+            System.out.flush();
+        }
+        for (int r = 0; serve || r < reps; r++) {
+            if (serve) {
+                String command = commands.readLine();
+                if (command == null || command.equals("end")) break;
+                if (!command.equals("pass")) {
+                    System.err.println("activemq-peer: --serve: unknown command: " + command);
+                    System.exit(2);
+                }
+            }
             long t0 = System.nanoTime();
             long d = byString ? passStrings(strings, depth, producers) : passIds(ids, depth, producers);
             long t1 = System.nanoTime();
-            ns[r] = (double)(t1 - t0) / n;
+            passes.add((double)(t1 - t0) / n);
             if (warmup > 0 && d != dups) {
                 System.err.println("activemq-peer: duplicates differ between passes");
                 System.exit(1);
             }
             dups = d;
             sink += d;
+            if (serve) {
+                System.out.printf("ns %.3f%n", passes.get(passes.size() - 1));
+                System.out.flush();
+            }
         }
+        reps = passes.size();
+        if (reps == 0) {
+            System.err.println("activemq-peer: --serve: no pass was asked for");
+            System.exit(1);
+        }
+        double[] ns = new double[reps];
+        for (int r = 0; r < reps; r++) ns[r] = passes.get(r);
         double[] sorted = ns.clone();
         Arrays.sort(sorted);
         double median = reps % 2 == 1 ? sorted[reps / 2]

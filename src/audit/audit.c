@@ -25,6 +25,7 @@
 #include "audit/audit_internal.h"
 #include "audit/audit_key.h"
 #include "audit/id_parse.h"
+#include "audit/id_split4.h"
 #include "core/dlist.h"
 #include "core/shard_lock.h"
 
@@ -129,6 +130,9 @@ struct acemq_audit {
     /* Neither locked nor by list: the flavour whose fast check is inline in
      * the entry points, told apart by one test instead of two. */
     int plain;
+    /* The plain flavour's text batches split four ids at once with AVX2
+     * (id_split4.h): set where the processor has it. */
+    int split4;
     size_t ring_pad; /* bytes from a producer's allocation to its header: the ring, padded */
     unsigned shard_bits;
     unsigned nshards;
@@ -370,6 +374,7 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     a->stamped = opts.max_producers <= STAMP_MAX;
     a->locked = (opts.flags & ACEMQ_AUDIT_THREAD_SAFE) != 0;
     a->plain = !a->locked && a->stamped;
+    a->split4 = acemq__audit_split4_supported();
     a->nshards = acemq__audit_shards(&opts, &a->shard_bits);
     atomic_init(&a->producers, 0);
     size_t ghosts = (size_t)opts.max_producers * GHOSTS_PER_PRODUCER;
@@ -739,11 +744,14 @@ static inline __attribute__((always_inline)) int check_many_in(int text, int loc
     return 0;
 }
 
-/* Ids taken together by check_many_grouped. On the benchmark stream
- * (docs/performance.md, bench_audit) 2, 3 and 4 were about as fast, and
- * all about 15 % faster than one at a time; more than 4 were slower, their
+/* Ids taken together by the batch check of the plain flavour: 3 when split
+ * one by one, 4 when split with AVX2 (id_split4.h splits four). On the
+ * benchmark stream (docs/performance.md, bench_audit) groups of 2, 3 and 4
+ * were within 3 % of each other, 3 the fastest, and more were slower, their
  * values no longer fitting in registers. */
 #define MANY_GROUP 3
+#define SPLIT4_GROUP 4
+#define GROUP_MAX 4
 
 /* The i-th id of a batch through the one-id entry point, which answers it
  * in full. */
@@ -755,29 +763,79 @@ many_one(int text, acemq_audit *a, const many_src *src, size_t i, int *causes)
     return acemq_audit_check_seq(a, src->producers[i], src->producer_lens[i], src->seqs[i], cause);
 }
 
-/* The plain flavour's batch, MANY_GROUP ids at a time. The group's ids are
- * split and looked up first; nothing is written until every one of them
- * is known to be a producer of 17 to 32 bytes that the table holds (the
- * table changes only on the general path, so their lookups stay true
- * while the group's windows are written). Then the windows, in order: a
- * producer twice in a group sees its first id's bits, as calls would.
- * The group goes one id at a time through the one-id entry point when a
- * lookup fails, and from the first id whose window the fast case does not
- * take (that entry point may admit or evict, so the lookups after it are
- * not reused). */
+/* The group of ids i.. (group of them), split into key, len and seq when
+ * ok (0: not all of them split). They are looked up first, and nothing is
+ * written until every one of them is known to be a producer of 17 to 32
+ * bytes that the table holds (the table changes only on the general path,
+ * so their lookups stay true while the group's windows are written). Then
+ * the windows, in order: a producer twice in a group sees its first id's
+ * bits, as calls would. The group goes one id at a time through the one-id
+ * entry point when it did not split or a lookup fails, and from the first
+ * id whose window the fast case does not take (that entry point may admit
+ * or evict, so the lookups after it are not reused). */
+static inline __attribute__((always_inline)) void
+group_check(int text, int group, acemq_audit *a, const many_src *src, size_t i, int ok,
+            const void *const *key, const size_t *len, const uint64_t *seq, int *results,
+            int *causes)
+{
+    shard *s = &a->one;
+    uint64_t hash[GROUP_MAX];
+    entry *p[GROUP_MAX];
+    int g;
+    if (__builtin_expect(!ok, 0)) goto one_at_a_time; /* len and seq may be unset */
+    for (g = 0; g < group; g++)
+        ok &= len[g] - 17 <= 15;
+    if (__builtin_expect(!ok, 0)) goto one_at_a_time;
+    for (g = 0; g < group; g++) {
+        hash[g] = key_hash_in(KEY_17_32, key[g], len[g]);
+        p[g] = fast_slot(s, hash[g]);
+    }
+    for (g = 0; g < group; g++)
+        ok &= fast_key(p[g], hash[g], key[g], len[g]);
+    if (__builtin_expect(!ok, 0)) goto one_at_a_time;
+    {
+        /* The shape, the clock and the counters in locals for the group:
+         * the windows' stores are of uint64_t, as these fields are, so the
+         * compiler would read them from memory again after each one. */
+        _Static_assert(ACEMQ_AUDIT_NEW == 0 && ACEMQ_AUDIT_DUPLICATE == 1,
+                       "the fast case's answer counts duplicates as it is");
+        const acemq__window_shape shape = a->shape;
+        uint64_t clock = s->clock, duplicates = 0;
+        for (g = 0; g < group; g++) {
+            int rc;
+            if (__builtin_expect(!acemq__window_check_fast_at(&p[g]->w, entry_ring(&shape, p[g]),
+                                                              &shape, seq[g], &rc),
+                                 0))
+                break;
+            p[g]->stamp = ++clock; /* touch(), stamped */
+            duplicates += (uint64_t)rc;
+            results[i + g] = rc;
+            if (causes) causes[i + g] = ACEMQ_AUDIT_CAUSE_NONE;
+        }
+        s->clock = clock;
+        s->answered[ACEMQ_AUDIT_DUPLICATE] += duplicates;
+        s->answered[ACEMQ_AUDIT_NEW] += (uint64_t)g - duplicates;
+    }
+    for (; g < group; g++)
+        results[i + g] = many_one(text, a, src, i + g, causes);
+    return;
+one_at_a_time:
+    for (g = 0; g < group; g++)
+        results[i + g] = many_one(text, a, src, i + g, causes);
+}
+
+/* The plain flavour's batch, MANY_GROUP ids at a time, split one by one. */
 static inline __attribute__((always_inline)) int check_many_grouped(int text, acemq_audit *a,
                                                                     const many_src *src, size_t n,
                                                                     int *results, int *causes)
 {
-    shard *s = &a->one;
     size_t i = 0;
     for (; i + MANY_GROUP <= n; i += MANY_GROUP) {
         const void *key[MANY_GROUP];
         size_t len[MANY_GROUP] = {0};
-        uint64_t seq[MANY_GROUP] = {0}, hash[MANY_GROUP];
-        entry *p[MANY_GROUP];
-        int ok = 1, g;
-        for (g = 0; g < MANY_GROUP; g++) {
+        uint64_t seq[MANY_GROUP] = {0};
+        int ok = 1;
+        for (int g = 0; g < MANY_GROUP; g++) {
             if (text) {
                 key[g] = src->ids[i + g];
 #ifdef ACEMQ__AUDIT_SWAR
@@ -792,36 +850,78 @@ static inline __attribute__((always_inline)) int check_many_grouped(int text, ac
                 seq[g] = src->seqs[i + g];
                 ok &= key[g] != NULL;
             }
-            ok &= len[g] - 17 <= 15;
         }
-        if (__builtin_expect(!ok, 0)) goto one_at_a_time;
-        for (g = 0; g < MANY_GROUP; g++) {
-            hash[g] = key_hash_in(KEY_17_32, key[g], len[g]);
-            p[g] = fast_slot(s, hash[g]);
-        }
-        for (g = 0; g < MANY_GROUP; g++)
-            ok &= fast_key(p[g], hash[g], key[g], len[g]);
-        if (__builtin_expect(!ok, 0)) goto one_at_a_time;
-        for (g = 0; g < MANY_GROUP; g++) {
-            int rc;
-            if (__builtin_expect(!acemq__window_check_fast_at(&p[g]->w, entry_ring(&a->shape, p[g]),
-                                                              &a->shape, seq[g], &rc),
-                                 0))
-                break;
-            touch(1, s, p[g]);
-            s->answered[rc]++;
-            results[i + g] = rc;
-            if (causes) causes[i + g] = ACEMQ_AUDIT_CAUSE_NONE;
-        }
-        for (; g < MANY_GROUP; g++)
-            results[i + g] = many_one(text, a, src, i + g, causes);
-        continue;
-    one_at_a_time:
-        for (g = 0; g < MANY_GROUP; g++)
-            results[i + g] = many_one(text, a, src, i + g, causes);
+        group_check(text, MANY_GROUP, a, src, i, ok, key, len, seq, results, causes);
     }
     for (; i < n; i++)
         results[i] = many_one(text, a, src, i, causes);
+    return 0;
+}
+
+#ifdef ACEMQ__AUDIT_SPLIT4
+/* The same for text ids, four at a time, split with AVX2 (id_split4.h) one
+ * group ahead: the split reads only the ids, so the next group's runs
+ * while this group's lookups and windows do, and the vector work's latency
+ * is hidden. (Split in turn, the group's hashes waited for it, and the
+ * batch was slower than with the scalar split. Hashing one group ahead as
+ * well was slower again: the hashes went through memory.) */
+static __attribute__((noinline, target("avx2"))) int
+check_many_split4(acemq_audit *a, const many_src *src, size_t n, int *results, int *causes)
+{
+    size_t len[2][SPLIT4_GROUP], i = 0;
+    uint64_t seq[2][SPLIT4_GROUP];
+    int ok[2] = {0, 0}, cur = 0;
+    if (n >= SPLIT4_GROUP) ok[0] = acemq__audit_split4(src->ids, src->id_lens, len[0], seq[0]);
+    for (; i + SPLIT4_GROUP <= n; i += SPLIT4_GROUP, cur ^= 1) {
+        if (i + (size_t)2 * SPLIT4_GROUP <= n)
+            ok[cur ^ 1] =
+                acemq__audit_split4(src->ids + i + SPLIT4_GROUP, src->id_lens + i + SPLIT4_GROUP,
+                                    len[cur ^ 1], seq[cur ^ 1]);
+        const void *key[SPLIT4_GROUP];
+        for (int g = 0; g < SPLIT4_GROUP; g++)
+            key[g] = src->ids[i + g];
+        group_check(1, SPLIT4_GROUP, a, src, i, ok[cur], key, len[cur], seq[cur], results, causes);
+    }
+    for (; i < n; i++)
+        results[i] = many_one(1, a, src, i, causes);
+    return 0;
+}
+#endif
+
+#ifdef ACEMQ__AUDIT_SPLIT4
+__attribute__((target("avx2"))) int acemq__audit_split4_ids(const char *const *ids,
+                                                            const size_t *id_lens,
+                                                            size_t *producer_len,
+                                                            uint64_t *sequence)
+{
+    return acemq__audit_split4(ids, id_lens, producer_len, sequence);
+}
+#else
+int acemq__audit_split4_ids(const char *const *ids, const size_t *id_lens, size_t *producer_len,
+                            uint64_t *sequence)
+{
+    (void)ids;
+    (void)id_lens;
+    (void)producer_len;
+    (void)sequence;
+    return 0;
+}
+#endif
+
+int acemq__audit_split4_supported(void)
+{
+#ifdef ACEMQ__AUDIT_SPLIT4
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+#else
+    return 0;
+#endif
+}
+
+int acemq__audit_use_split4(acemq_audit *a, int on)
+{
+    if (on && !acemq__audit_split4_supported()) return ACEMQ_ENOTSUP;
+    a->split4 = on != 0;
     return 0;
 }
 
@@ -838,6 +938,9 @@ int acemq_audit_check_many(acemq_audit *a, const char *const *ids, const size_t 
 {
     if (!a || (n > 0 && (!ids || !id_lens || !results))) return ACEMQ_EINVAL;
     many_src src = {ids, id_lens, NULL, NULL, NULL};
+#ifdef ACEMQ__AUDIT_SPLIT4
+    if (a->plain && a->split4) return check_many_split4(a, &src, n, results, causes);
+#endif
     if (a->plain) return check_many_grouped(1, a, &src, n, results, causes);
     if (a->locked) return check_many_locked(1, a, &src, n, results, causes);
     return check_many_in(1, 0, a, &src, n, results, causes);
