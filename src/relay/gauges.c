@@ -48,16 +48,16 @@ static struct timespec at_ms(double ms)
 static void *gauges_main(void *arg)
 {
     acemq__gauges *g = arg;
-    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->w.mu);
     while (!g->quit) {
-        pthread_mutex_unlock(&g->mu);
+        pthread_mutex_unlock(&g->w.mu);
         double took = acemq__gauges_refresh(g->ob, g->stats_lock, g->stats);
         struct timespec due = at_ms(acemq__gauges_now_ms() + acemq__gauges_interval_ms(took));
-        pthread_mutex_lock(&g->mu);
-        while (!g->quit && pthread_cond_timedwait(&g->cv, &g->mu, &due) != ETIMEDOUT) {
+        pthread_mutex_lock(&g->w.mu);
+        while (!g->quit && pthread_cond_timedwait(&g->w.cv, &g->w.mu, &due) != ETIMEDOUT) {
         }
     }
-    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_unlock(&g->w.mu);
     return NULL;
 }
 
@@ -65,31 +65,14 @@ int acemq__gauges_start(acemq__gauges *g, acemq_outbox *ob, pthread_mutex_t *sta
                         acemq_relay_stats *stats)
 {
     *g = (acemq__gauges){.ob = ob, .stats_lock = stats_lock, .stats = stats};
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) return ACEMQ_ENOMEM;
-    int bad =
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&g->cv, &ca) != 0;
-    (void)pthread_condattr_destroy(&ca);
-    if (bad) return ACEMQ_ENOMEM;
-    if (pthread_mutex_init(&g->mu, NULL) != 0) {
-        pthread_cond_destroy(&g->cv);
-        return ACEMQ_ENOMEM;
-    }
-    if (pthread_create(&g->thread, NULL, gauges_main, g) != 0) {
-        pthread_mutex_destroy(&g->mu);
-        pthread_cond_destroy(&g->cv);
-        return ACEMQ_ENOMEM;
-    }
-    return 0;
+    return acemq__worker_start(&g->w, 1, gauges_main, g) == 0 ? 0 : ACEMQ_ENOMEM;
 }
 
 void acemq__gauges_stop(acemq__gauges *g)
 {
-    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->w.mu);
     g->quit = 1;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    pthread_join(g->thread, NULL);
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv);
+    pthread_cond_broadcast(&g->w.cv);
+    pthread_mutex_unlock(&g->w.mu);
+    acemq__worker_join(&g->w);
 }

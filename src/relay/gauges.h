@@ -16,6 +16,7 @@
 
 #include "acemq/outbox.h"
 #include "acemq/relay.h"
+#include "core/worker.h"
 
 /* Never more often than this. */
 #define ACEMQ__GAUGES_MIN_INTERVAL_MS 1000.0
@@ -37,9 +38,7 @@ typedef struct acemq__gauges {
     acemq_outbox *ob;
     pthread_mutex_t *stats_lock;
     acemq_relay_stats *stats;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    acemq__worker w; /* its cv on CLOCK_MONOTONIC */
     int quit;
 } acemq__gauges;
 

@@ -44,6 +44,7 @@
 
 #include "acemq/relay.h"
 #include "core/pause.h"
+#include "core/worker.h"
 #include "relay/flight.h"
 #include "relay/gauges.h"
 #include "relay/logfmt.h"
@@ -299,9 +300,7 @@ int acemq_relay_step(acemq_relay *r, size_t *claimed)
 
 typedef struct marker {
     acemq_relay *r;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    acemq__worker w;
     int waiting; /* index of the job handed over and not yet taken; -1 none */
     int busy[2]; /* job i is handed over or being marked */
     int quit;
@@ -312,46 +311,46 @@ static void *marker_main(void *arg)
 {
     marker *k = arg;
     for (;;) {
-        pthread_mutex_lock(&k->mu);
+        pthread_mutex_lock(&k->w.mu);
         while (k->waiting < 0 && !k->quit)
-            pthread_cond_wait(&k->cv, &k->mu);
+            pthread_cond_wait(&k->w.cv, &k->w.mu);
         if (k->waiting < 0) { /* quit, and nothing left */
-            pthread_mutex_unlock(&k->mu);
+            pthread_mutex_unlock(&k->w.mu);
             return NULL;
         }
         int i = k->waiting;
         k->waiting = -1;
-        pthread_cond_broadcast(&k->cv); /* the slot is free again */
-        pthread_mutex_unlock(&k->mu);
+        pthread_cond_broadcast(&k->w.cv); /* the slot is free again */
+        pthread_mutex_unlock(&k->w.mu);
         /* An error is logged and counted by settle; the batch's records stay
          * leased and go again, so the marker carries on. */
         (void)settle(k->r, k->r->opts.mark_outbox, &k->r->jobs[i]);
-        pthread_mutex_lock(&k->mu);
+        pthread_mutex_lock(&k->w.mu);
         k->busy[i] = 0;
-        pthread_cond_broadcast(&k->cv);
-        pthread_mutex_unlock(&k->mu);
+        pthread_cond_broadcast(&k->w.cv);
+        pthread_mutex_unlock(&k->w.mu);
     }
 }
 
 /* Waits until job i is free to refill. */
 static void marker_wait_free(marker *k, int i)
 {
-    pthread_mutex_lock(&k->mu);
+    pthread_mutex_lock(&k->w.mu);
     while (k->busy[i])
-        pthread_cond_wait(&k->cv, &k->mu);
-    pthread_mutex_unlock(&k->mu);
+        pthread_cond_wait(&k->w.cv, &k->w.mu);
+    pthread_mutex_unlock(&k->w.mu);
 }
 
 /* Hands job i over once the marker has taken the previous one: one slot. */
 static void marker_hand_over(marker *k, int i)
 {
-    pthread_mutex_lock(&k->mu);
+    pthread_mutex_lock(&k->w.mu);
     while (k->waiting >= 0)
-        pthread_cond_wait(&k->cv, &k->mu);
+        pthread_cond_wait(&k->w.cv, &k->w.mu);
     k->busy[i] = 1;
     k->waiting = i;
-    pthread_cond_broadcast(&k->cv);
-    pthread_mutex_unlock(&k->mu);
+    pthread_cond_broadcast(&k->w.cv);
+    pthread_mutex_unlock(&k->w.mu);
 }
 
 /* Copies a collected flight's outcomes into the next free job and hands it
@@ -420,9 +419,7 @@ static void release_flight(acemq_relay *r, acemq__flight *f)
  * it before asking again: at most one batch is claimed ahead. */
 typedef struct claimer {
     acemq_relay *r;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    acemq__worker w;
     int asked;    /* flight to claim into; -1 none */
     int answered; /* the asked flight is filled (or failed) */
     int asked_flight, rc;
@@ -434,65 +431,57 @@ static void *claimer_main(void *arg)
 {
     claimer *c = arg;
     for (;;) {
-        pthread_mutex_lock(&c->mu);
+        pthread_mutex_lock(&c->w.mu);
         while (c->asked < 0 && !c->quit)
-            pthread_cond_wait(&c->cv, &c->mu);
+            pthread_cond_wait(&c->w.cv, &c->w.mu);
         if (c->asked < 0) {
-            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&c->w.mu);
             return NULL;
         }
         int i = c->asked;
-        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&c->w.mu);
         size_t n = 0;
         int rc = claim_into(c->r, c->r->opts.claim_outbox, i, &n);
-        pthread_mutex_lock(&c->mu);
+        pthread_mutex_lock(&c->w.mu);
         c->asked = -1;
         c->answered = 1;
         c->rc = rc;
         c->n = n;
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
+        pthread_cond_broadcast(&c->w.cv);
+        pthread_mutex_unlock(&c->w.mu);
     }
 }
 
 static void claimer_ask(claimer *c, int i)
 {
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->w.mu);
     c->asked = i;
     c->asked_flight = i;
     c->answered = 0;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    pthread_cond_broadcast(&c->w.cv);
+    pthread_mutex_unlock(&c->w.mu);
 }
 
 /* Waits for the batch asked for; returns the claim's result. */
 static int claimer_take(claimer *c, int *i, size_t *n)
 {
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->w.mu);
     while (!c->answered)
-        pthread_cond_wait(&c->cv, &c->mu);
+        pthread_cond_wait(&c->w.cv, &c->w.mu);
     c->answered = 0;
     *i = c->asked_flight;
     *n = c->n;
     int rc = c->rc;
     c->asked_flight = -1;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->w.mu);
     return rc;
 }
 
 static int claimer_start(claimer *c, acemq_relay *r)
 {
     *c = (claimer){.r = r, .asked = -1, .asked_flight = -1};
-    if (pthread_mutex_init(&c->mu, NULL) != 0) return ACEMQ_ENOMEM;
-    if (pthread_cond_init(&c->cv, NULL) != 0) {
-        pthread_mutex_destroy(&c->mu);
-        return ACEMQ_ENOMEM;
-    }
-    if (pthread_create(&c->thread, NULL, claimer_main, c) != 0) {
-        pthread_cond_destroy(&c->cv);
-        pthread_mutex_destroy(&c->mu);
+    if (acemq__worker_start(&c->w, 0, claimer_main, c) != 0)
         return fail(r, ACEMQ_ENOMEM, "run", "cannot start the claimer thread");
-    }
     return 0;
 }
 
@@ -504,13 +493,11 @@ static void claimer_stop(claimer *c)
         size_t n;
         if (claimer_take(c, &i, &n) == 0 && n > 0) release_flight(c->r, &c->r->flights[i]);
     }
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->w.mu);
     c->quit = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    pthread_join(c->thread, NULL);
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
+    pthread_cond_broadcast(&c->w.cv);
+    pthread_mutex_unlock(&c->w.mu);
+    acemq__worker_join(&c->w);
 }
 
 /* ------------------------------------------------------------ pipelining */
@@ -620,16 +607,8 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
     claimer c, *cp = NULL;
     int pipelined = r->opts.mark_outbox != NULL;
     if (pipelined) {
-        if (pthread_mutex_init(&k.mu, NULL) != 0) return ACEMQ_ENOMEM;
-        if (pthread_cond_init(&k.cv, NULL) != 0) {
-            pthread_mutex_destroy(&k.mu);
-            return ACEMQ_ENOMEM;
-        }
-        if (pthread_create(&k.thread, NULL, marker_main, &k) != 0) {
-            pthread_cond_destroy(&k.cv);
-            pthread_mutex_destroy(&k.mu);
+        if (acemq__worker_start(&k.w, 0, marker_main, &k) != 0)
             return fail(r, ACEMQ_ENOMEM, "run", "cannot start the marker thread");
-        }
         if (r->opts.claim_outbox && claimer_start(&c, r) != 0)
             log_event(r, "error", "where", "run", "error", "no claimer thread: claiming inline");
         else if (r->opts.claim_outbox)
@@ -674,13 +653,11 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
          * batch in flight is collected and marked before run returns. */
         if (cp) claimer_stop(cp);
         collect_pending(r, &k);
-        pthread_mutex_lock(&k.mu);
+        pthread_mutex_lock(&k.w.mu);
         k.quit = 1;
-        pthread_cond_broadcast(&k.cv);
-        pthread_mutex_unlock(&k.mu);
-        pthread_join(k.thread, NULL);
-        pthread_cond_destroy(&k.cv);
-        pthread_mutex_destroy(&k.mu);
+        pthread_cond_broadcast(&k.w.cv);
+        pthread_mutex_unlock(&k.w.mu);
+        acemq__worker_join(&k.w);
     }
     if (gp) {
         acemq__gauges_stop(gp);
