@@ -694,7 +694,9 @@ int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
  * audit pays a call's entry once per batch, and in the plain flavour it
  * takes the ids MANY_GROUP at a time (check_many_grouped): their parses,
  * hashes and slot reads written side by side, so that their chains run
- * together, then their windows one after the other, in order. Every
+ * together, then their windows one after the other, in order; on a
+ * processor with AVX2, text ids four at a time, the next four split in
+ * vector registers while these are checked (check_many_split4). Every
  * answer, cause, counter and recency update is the one the calls would
  * have made. */
 

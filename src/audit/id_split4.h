@@ -1,13 +1,15 @@
 /* id_split4.h — the common id's split (acemq__audit_split_fast, id_parse.h)
  * for four text ids at once, in AVX2 registers, for the batch check
- * (audit.c, check_many_grouped). Compiled for AVX2 whatever the build's
- * target, and called only where the processor has it (acemq__audit_simd).
+ * (audit.c, check_many_split4). Compiled for AVX2 whatever the build's
+ * target, and called only where the processor has it
+ * (acemq__audit_split4_supported).
  *
- * Why: in a batch the check is bound by the instructions it runs, and the
- * scalar split is a quarter of them (about 37 per id: six 64-bit constants,
- * the digit test, the ':' search and three multiplications). Here four ids
- * share each instruction, and the constants stay in vector registers
- * instead of crowding the general ones the hash and the window need.
+ * Why: the scalar split is about a quarter of a batch's instructions per id
+ * (six 64-bit constants, the digit test, the ':' search, three
+ * multiplications). Here four ids share each instruction and the constants
+ * stay in vector registers, out of the way of the general ones the hash and
+ * the window need; and since the split reads only the ids, the batch runs
+ * it one group ahead, so nothing waits for it.
  *
  * It takes an id when its last eight bytes are ':' and one to seven digits
  * after at least one producer byte, and answers exactly as the byte loop
