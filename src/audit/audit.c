@@ -709,39 +709,52 @@ typedef struct many_src {
     const uint64_t *seqs;
 } many_src;
 
+/* The i-th id of a batch through the one-id entry point, which answers it
+ * in full. */
+static inline __attribute__((always_inline)) int
+many_one(int text, acemq_audit *a, const many_src *src, size_t i, int *causes)
+{
+    int *cause = causes ? &causes[i] : NULL;
+    if (text) return acemq_audit_check(a, src->ids[i], src->id_lens[i], cause);
+    return acemq_audit_check_seq(a, src->producers[i], src->producer_lens[i], src->seqs[i], cause);
+}
+
+/* The i-th id of a batch as the straight-line check takes it: 1 with *key,
+ * *len and *seq set, a text id split (its producer where the id is); 0
+ * when the one-id entry point must answer it (*len and *seq then 0). */
+static inline __attribute__((always_inline)) int
+many_take(int text, const many_src *src, size_t i, const void **key, size_t *len, uint64_t *seq)
+{
+    *len = 0;
+    *seq = 0;
+    if (text) {
+        *key = src->ids[i];
+#ifdef ACEMQ__AUDIT_SWAR
+        return acemq__audit_split_fast(src->ids[i], src->id_lens[i], len, seq);
+#else
+        return 0;
+#endif
+    }
+    *key = src->producers[i];
+    *len = src->producer_lens[i];
+    *seq = src->seqs[i];
+    return *key != NULL;
+}
+
 static inline __attribute__((always_inline)) int check_many_in(int text, int locked, acemq_audit *a,
                                                                const many_src *src, size_t n,
                                                                int *results, int *causes)
 {
     for (size_t i = 0; i < n; i++) {
-        int *cause = causes ? &causes[i] : NULL;
         const void *key;
-        size_t len = 0;
-        uint64_t seq = 0;
-        int ok;
-        if (text) {
-            key = src->ids[i];
-#ifdef ACEMQ__AUDIT_SWAR
-            ok = acemq__audit_split_fast(src->ids[i], src->id_lens[i], &len, &seq);
-#else
-            ok = 0;
-#endif
-        } else {
-            key = src->producers[i];
-            len = src->producer_lens[i];
-            seq = src->seqs[i];
-            ok = key != NULL;
-        }
+        size_t len;
+        uint64_t seq;
+        int ok = many_take(text, src, i, &key, &len, &seq);
         /* Whatever the straight-line check does not take goes through the
          * one-id entry point, which answers it in full. */
-        int rc;
-        if (__builtin_expect(ok && len - 17 <= 15, 1))
-            rc = check_fast(locked, -1, a, key, len, seq, cause);
-        else if (text)
-            rc = acemq_audit_check(a, src->ids[i], src->id_lens[i], cause);
-        else
-            rc = acemq_audit_check_seq(a, key, len, seq, cause);
-        results[i] = rc;
+        results[i] = __builtin_expect(ok && len - 17 <= 15, 1)
+                         ? check_fast(locked, -1, a, key, len, seq, causes ? &causes[i] : NULL)
+                         : many_one(text, a, src, i, causes);
     }
     return 0;
 }
@@ -754,16 +767,6 @@ static inline __attribute__((always_inline)) int check_many_in(int text, int loc
 #define MANY_GROUP 3
 #define SPLIT4_GROUP 4
 #define GROUP_MAX 4
-
-/* The i-th id of a batch through the one-id entry point, which answers it
- * in full. */
-static inline __attribute__((always_inline)) int
-many_one(int text, acemq_audit *a, const many_src *src, size_t i, int *causes)
-{
-    int *cause = causes ? &causes[i] : NULL;
-    if (text) return acemq_audit_check(a, src->ids[i], src->id_lens[i], cause);
-    return acemq_audit_check_seq(a, src->producers[i], src->producer_lens[i], src->seqs[i], cause);
-}
 
 /* The group of ids i.. (group of them), split into key, len and seq when
  * ok (0: not all of them split). They are looked up first, and nothing is
@@ -834,25 +837,11 @@ static inline __attribute__((always_inline)) int check_many_grouped(int text, ac
     size_t i = 0;
     for (; i + MANY_GROUP <= n; i += MANY_GROUP) {
         const void *key[MANY_GROUP];
-        size_t len[MANY_GROUP] = {0};
-        uint64_t seq[MANY_GROUP] = {0};
+        size_t len[MANY_GROUP];
+        uint64_t seq[MANY_GROUP];
         int ok = 1;
-        for (int g = 0; g < MANY_GROUP; g++) {
-            if (text) {
-                key[g] = src->ids[i + g];
-#ifdef ACEMQ__AUDIT_SWAR
-                ok &=
-                    acemq__audit_split_fast(src->ids[i + g], src->id_lens[i + g], &len[g], &seq[g]);
-#else
-                ok = 0;
-#endif
-            } else {
-                key[g] = src->producers[i + g];
-                len[g] = src->producer_lens[i + g];
-                seq[g] = src->seqs[i + g];
-                ok &= key[g] != NULL;
-            }
-        }
+        for (int g = 0; g < MANY_GROUP; g++)
+            ok &= many_take(text, src, i + g, &key[g], &len[g], &seq[g]);
         group_check(text, MANY_GROUP, a, src, i, ok, key, len, seq, results, causes);
     }
     for (; i < n; i++)
