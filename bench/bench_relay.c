@@ -8,18 +8,21 @@
  *
  *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
  *               [--batch N] [--window N] [--latency-inline] [--filter TEXT]
- *               [--queue classic-v2|classic-v1|quorum] [--broker-cpu N]
+ *               [--queue classic-v2|classic-v2-lazy|classic-v1|quorum] [--broker-cpu N]
  *               [--delete-published] [--writer-busy-wait] [--quick]
  *
  * --filter runs only the cases whose name contains TEXT. --queue is the kind
  * of the durable queue every case publishes to, relay and peers alike:
  * classic-v2 by default (x-queue-version 2, the classic queue storage that
  * RabbitMQ recommends from 3.13 and the only one from 4.0; Debian 12's 3.10
- * still declares version 1 when not asked). The queue's kind sets when the
- * broker's confirms come, hence the latency's floor: docs/performance.md has
- * both kinds measured. --broker-cpu N runs the broker's node alone on CPU N
- * and everything else on the others, as if the broker had a host of its own
- * (place_processes below); its cases' names end in /broker-own-cpu.
+ * still declares version 1 when not asked). classic-v2-lazy adds
+ * x-queue-mode lazy: the messages go to disk instead of staying in the
+ * queue process's memory, whose garbage collection is then most of what
+ * the broker spends (3.12 and later keep every classic queue so). The
+ * queue's kind sets how fast the broker confirms, hence the latency's floor
+ * and the raw publisher's pace: docs/performance.md has the kinds measured. --broker-cpu N runs the
+ * broker's node alone on CPU N and everything else on the others, as if the broker had a host of
+ * its own (place_processes below); its cases' names end in /broker-own-cpu.
  * --delete-published has the relay delete each record once confirmed
  * (acemq relay --delete-published) instead of marking it published; its
  * cases' names end in /delete-published. The latency case also times the
@@ -129,7 +132,13 @@ static void fresh_queue(const config *cfg)
         arg.value.kind = AMQP_FIELD_KIND_UTF8;
         arg.value.value.bytes = amqp_cstring_bytes("quorum");
     }
+    /* classic-v2-lazy: version 2, and its messages kept on disk rather than
+     * in the queue process's memory, as every classic queue is from 3.12. */
+    amqp_table_entry_t lazy_args[2] = {arg, {.key = amqp_cstring_bytes("x-queue-mode")}};
+    lazy_args[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    lazy_args[1].value.value.bytes = amqp_cstring_bytes("lazy");
     amqp_table_t args = {1, &arg};
+    if (strcmp(cfg->queue, "classic-v2-lazy") == 0) args = (amqp_table_t){2, lazy_args};
     amqp_queue_declare(c, 1, amqp_cstring_bytes(QUEUE), 0, 1, 0, 0,
                        strcmp(cfg->queue, "classic-v1") == 0 ? amqp_empty_table : args);
     if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("queue.declare failed");
@@ -770,8 +779,8 @@ int main(int argc, char **argv)
         }
     }
     if (strcmp(cfg.queue, "classic-v1") != 0 && strcmp(cfg.queue, "classic-v2") != 0 &&
-        strcmp(cfg.queue, "quorum") != 0)
-        die("--queue classic-v1|classic-v2|quorum");
+        strcmp(cfg.queue, "classic-v2-lazy") != 0 && strcmp(cfg.queue, "quorum") != 0)
+        die("--queue classic-v1|classic-v2|classic-v2-lazy|quorum");
     if (cfg.reps < 1 || cfg.reps > 16 || cfg.records < 1 || cfg.batch < 1 || cfg.window < 1)
         die("--reps 1..16, --records, --batch and --window positive");
     if (!cfg.amqp_url || !*cfg.amqp_url) {

@@ -254,6 +254,53 @@ static void many_confirmed_and_intact(void **state)
     free(bodies);
 }
 
+/* Bodies of every size the framing treats apart: empty (no body frame),
+ * one byte, exactly one frame's room, one byte more, and several frames
+ * (frame_max is 131,072), in one run beside small neighbours: all
+ * confirmed, and read back byte for byte, in order. */
+static void bodies_across_frames_arrive_intact(void **state)
+{
+    (void)state;
+    char ex[128], q[128];
+    bound_route(ex, q, "bodies");
+    const size_t room = 131072 - 8; /* a body frame's payload at most */
+    const size_t sizes[] = {0, 1, room - 1, room, room + 1, 3 * room + 17, 5, 0, 700000};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    acemq_broker_msg msgs[N];
+    acemq_publish_result res[N];
+    char ids[N][16];
+    unsigned char *bodies[N];
+    for (int i = 0; i < N; i++) {
+        bodies[i] = malloc(sizes[i] ? sizes[i] : 1);
+        assert_non_null(bodies[i]);
+        for (size_t k = 0; k < sizes[i]; k++)
+            bodies[i][k] = (unsigned char)(k * 31 + (size_t)i * 7 + k / 251);
+        (void)snprintf(ids[i], sizeof ids[i], "b-%d", i);
+        msgs[i] = msg(ex, "k", ids[i]);
+        msgs[i].body = bodies[i];
+        msgs[i].body_len = sizes[i];
+    }
+    acemq_broker *b = open_broker(256);
+    assert_int_equal(acemq_broker_publish(b, msgs, N, res), 0);
+    for (int i = 0; i < N; i++)
+        if (res[i].outcome != ACEMQ_PUBLISH_CONFIRMED)
+            fail_msg("message %d (%zu bytes): outcome %d (%s)", i, sizes[i], res[i].outcome,
+                     res[i].reason ? res[i].reason : "");
+    acemq_broker_close(b);
+    for (int i = 0; i < N; i++) {
+        amqp_message_t m;
+        if (!get_one(q, &m)) fail_msg("queue ran dry at %d of %d", i, N);
+        if (!bytes_eq(m.properties.message_id, ids[i]))
+            fail_msg("position %d: message_id %.*s, expected %s", i,
+                     (int)m.properties.message_id.len, (const char *)m.properties.message_id.bytes,
+                     ids[i]);
+        if (m.body.len != sizes[i] || (sizes[i] && memcmp(m.body.bytes, bodies[i], sizes[i]) != 0))
+            fail_msg("message %d: %zu bytes back of %zu, or other bytes", i, m.body.len, sizes[i]);
+        amqp_destroy_message(&m);
+        free(bodies[i]);
+    }
+}
+
 /* No binding for the key: basic.return, then RabbitMQ's ack. RETURNED with
  * the reply text, never CONFIRMED; routable neighbours stay CONFIRMED. */
 static void unroutable_is_returned(void **state)
@@ -657,6 +704,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(many_confirmed_and_intact),
+        cmocka_unit_test(bodies_across_frames_arrive_intact),
         cmocka_unit_test(unroutable_is_returned),
         cmocka_unit_test(full_queue_nacks),
         cmocka_unit_test(missing_exchange_closes_channel_then_recovers),
