@@ -1,7 +1,8 @@
 /* amqp091.c — the AMQP 0-9-1 broker, on rabbitmq-c: one connection and one
  * channel in confirm mode per handle; pipelined publishing with publisher
- * confirms, across calls (acemq_broker_send / _collect); basic.return for
- * unroutable messages; reconnect with back-off.
+ * confirms, across calls (acemq_broker_send / _collect), what the window
+ * has room for framed here and written in one go (amqp_frames.h);
+ * basic.return for unroutable messages; reconnect with back-off.
  *
  * Invariants. Delivery tags are counted by the channel from 1 after
  * confirm.select, one per basic.publish. Each outstanding send records the
