@@ -746,10 +746,15 @@ static void send_all(acemq_broker *b, amqp_self *s, sendrec *sr)
         sr->sent += k;
         s->inflight += k;
         s->next_tag += k;
-        if (acemq__frames_write(&s->frames, amqp_get_sockfd(s->conn)) != 0) {
+        int fd = amqp_get_sockfd(s->conn);
+        if (acemq__frames_write(&s->frames, fd, b->opts.confirm_timeout_ms) != 0) {
             char words[200];
-            (void)lost(b, s, "basic.publish: ",
-                       status_words(words, sizeof words, AMQP_STATUS_SOCKET_ERROR, errno));
+            if (errno == ETIMEDOUT)
+                (void)snprintf(words, sizeof words, "the broker read nothing for %d ms",
+                               b->opts.confirm_timeout_ms);
+            else
+                (void)status_words(words, sizeof words, AMQP_STATUS_SOCKET_ERROR, errno);
+            (void)lost(b, s, "basic.publish: ", words);
             return;
         }
     }

@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "core/mono_time.h"
+
 #define FRAME_HEAD 7 /* type, channel, size */
 #define FRAME_TAIL 1 /* frame-end */
 
@@ -117,25 +119,33 @@ no_memory:
     return AMQP_STATUS_NO_MEMORY;
 }
 
-int acemq__frames_write(acemq__frame_buf *buf, int fd)
+int acemq__frames_write(acemq__frame_buf *buf, int fd, int stall_ms)
 {
     const unsigned char *p = buf->data;
     size_t left = buf->len;
     buf->len = 0;
+    int64_t stall_until = acemq__mono_ms() + stall_ms; /* moved on by every byte taken */
     while (left > 0) {
         /* MSG_NOSIGNAL: a closed peer is an error to report, not SIGPIPE. */
         ssize_t w = send(fd, p, left, MSG_NOSIGNAL);
         if (w > 0) {
             p += w;
             left -= (size_t)w;
+            stall_until = acemq__mono_ms() + stall_ms;
             continue;
         }
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             /* rabbitmq-c keeps its socket non-blocking: wait for room. */
+            int64_t wait_ms = stall_until - acemq__mono_ms();
+            if (wait_ms <= 0) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
             struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            if (poll(&pfd, 1, -1) < 0 && errno != EINTR) return -1;
-            continue;
+            if (poll(&pfd, 1, wait_ms > INT32_MAX ? INT32_MAX : (int)wait_ms) < 0 && errno != EINTR)
+                return -1;
+            continue; /* room, a timeout or an error: send() says which */
         }
         if (w == 0) errno = EPIPE; /* send() wrote nothing and said nothing */
         return -1;

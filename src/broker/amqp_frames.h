@@ -35,11 +35,13 @@ int acemq__frames_add_publish(acemq__frame_buf *buf, amqp_channel_t ch, size_t f
                               amqp_basic_publish_t *method, amqp_basic_properties_t *props,
                               amqp_bytes_t body);
 
-/* Writes buf's frames to fd whole, waiting while the socket is full (as
- * rabbitmq-c's own sends do, with no deadline), and empties buf. 0, or -1
- * with errno set, when the socket failed: any part of the run may then
- * have gone out. */
-int acemq__frames_write(acemq__frame_buf *buf, int fd);
+/* Writes buf's frames to fd whole, waiting while the socket is full, and
+ * empties buf. 0, or -1 with errno set when the socket failed, or with
+ * ETIMEDOUT when it took nothing for stall_ms (a peer that reads nothing
+ * that long is as good as gone; rabbitmq-c's own sends wait forever, and a
+ * stopped broker held them so): any part of the run may then have gone
+ * out. */
+int acemq__frames_write(acemq__frame_buf *buf, int fd, int stall_ms);
 
 void acemq__frames_free(acemq__frame_buf *buf);
 

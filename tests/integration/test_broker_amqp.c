@@ -472,6 +472,62 @@ static pid_t broker_pid(void)
     return (pid_t)pid;
 }
 
+/* The node's pid, for the tests that stop it; skips the test without one. */
+static pid_t stoppable_broker_pid(void)
+{
+    pid_t pid = broker_pid();
+    if (pid <= 0) {
+        print_message("no ACEMQ_RABBITMQ_PIDFILE to stop the broker by\n");
+        skip();
+    }
+    return pid;
+}
+
+static acemq_broker *open_broker_with_timeout(int window, int confirm_timeout_ms)
+{
+    acemq_broker_options o;
+    acemq_broker_options_init(&o);
+    o.window = window;
+    o.confirm_timeout_ms = confirm_timeout_ms;
+    acemq_broker *b = NULL;
+    assert_int_equal(acemq_broker_open(&b, url, &o), 0);
+    return b;
+}
+
+/* Stops the node with SIGSTOP, and forks a watchdog that wakes it in 20 s
+ * whatever happens here: a call that never returned would otherwise keep
+ * it stopped for every test after this one (and, woken, be answered, and
+ * fail its test). The watchdog's pid, or -1 when the node cannot be
+ * stopped (said; the test then skips). */
+static pid_t stop_broker(pid_t pid)
+{
+    if (kill(pid, SIGSTOP) != 0) {
+        print_message("cannot stop the broker (pid %ld): %s\n", (long)pid, strerror(errno));
+        return -1;
+    }
+    pid_t watchdog = fork();
+    if (watchdog == 0) {
+        struct timespec ts = {20, 0};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGCONT);
+        _exit(0);
+    }
+    return watchdog;
+}
+
+/* Wakes the node and ends the watchdog; called before any assertion, so
+ * that a failure does not leave the node stopped. */
+static void resume_broker(pid_t pid, pid_t watchdog)
+{
+    int resumed = kill(pid, SIGCONT);
+    if (watchdog > 0) {
+        kill(watchdog, SIGKILL);
+        waitpid(watchdog, NULL, 0);
+    }
+    assert_true(watchdog > 0);
+    assert_int_equal(resumed, 0);
+}
+
 /* A broker that takes the messages and never answers: once
  * confirm_timeout_ms has passed they are UNKNOWN ("timeout"), the call
  * returns, the connection is dropped (its delivery tags mean nothing on
@@ -481,47 +537,21 @@ static pid_t broker_pid(void)
 static void silent_broker_times_out_then_recovers(void **state)
 {
     (void)state;
-    pid_t pid = broker_pid();
-    if (pid <= 0) {
-        print_message("no ACEMQ_RABBITMQ_PIDFILE to stop the broker by\n");
-        skip();
-    }
+    pid_t pid = stoppable_broker_pid();
     char ex[128], q[128];
     bound_route(ex, q, "silent");
-    acemq_broker_options o;
-    acemq_broker_options_init(&o);
-    o.window = 256;
-    o.confirm_timeout_ms = 300;
-    acemq_broker *b = NULL;
-    assert_int_equal(acemq_broker_open(&b, url, &o), 0);
+    acemq_broker *b = open_broker_with_timeout(256, 300);
     acemq_broker_msg m[2] = {msg(ex, "k", "s1"), msg(ex, "k", "s2")};
     acemq_publish_result r[2];
     assert_int_equal(acemq_broker_publish(b, m, 2, r), 0); /* connected */
     assert_int_equal(r[0].outcome, ACEMQ_PUBLISH_CONFIRMED);
-    if (kill(pid, SIGSTOP) != 0) {
-        print_message("cannot stop the broker (pid %ld): %s\n", (long)pid, strerror(errno));
+    pid_t watchdog = stop_broker(pid);
+    if (watchdog < 0) {
         acemq_broker_close(b);
         skip();
     }
-    /* A watchdog wakes the broker in 20 s whatever happens here: a publish
-     * that never timed out would otherwise keep it stopped for every test
-     * after this one. It would then be confirmed, and fail below. */
-    pid_t watchdog = fork();
-    if (watchdog == 0) {
-        struct timespec ts = {20, 0};
-        nanosleep(&ts, NULL);
-        kill(pid, SIGCONT);
-        _exit(0);
-    }
     int rc = acemq_broker_publish(b, m, 2, r);
-    /* Before any assertion, so that a failure does not leave it stopped. */
-    int resumed = kill(pid, SIGCONT);
-    if (watchdog > 0) {
-        kill(watchdog, SIGKILL);
-        waitpid(watchdog, NULL, 0);
-    }
-    assert_true(watchdog > 0);
-    assert_int_equal(resumed, 0);
+    resume_broker(pid, watchdog);
     assert_int_equal(rc, 0);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(r[i].outcome, ACEMQ_PUBLISH_UNKNOWN);
@@ -532,6 +562,56 @@ static void silent_broker_times_out_then_recovers(void **state)
     for (int i = 0; i < 2; i++)
         assert_int_equal(r[i].outcome, ACEMQ_PUBLISH_CONFIRMED);
     acemq_broker_close(b);
+}
+
+/* A broker that stops reading while a send is still writing: 64 messages
+ * of 1 MiB, far more than the sockets' buffers hold, go out to a node
+ * stopped with SIGSTOP, and the window (256) never fills, so no confirm
+ * is waited for. Once the socket has taken nothing for confirm_timeout_ms
+ * the connection counts as lost: every message UNKNOWN, the call returns
+ * instead of waiting for ever, and the next publish connects again. */
+static void stalled_write_times_out_then_recovers(void **state)
+{
+    (void)state;
+    pid_t pid = stoppable_broker_pid();
+    char ex[128], q[128];
+    bound_route(ex, q, "stalled");
+    enum { N = 64, BODY = 1 << 20 };
+    unsigned char *body = calloc(1, BODY);
+    acemq_broker_msg *m = calloc(N, sizeof *m);
+    acemq_publish_result *r = calloc(N, sizeof *r);
+    assert_true(body && m && r);
+    for (int i = 0; i < N; i++) {
+        m[i] = msg(ex, "k", "big");
+        m[i].body = body;
+        m[i].body_len = BODY;
+    }
+    acemq_broker *b = open_broker_with_timeout(256, 300);
+    acemq_broker_msg small = msg(ex, "k", "small");
+    acemq_publish_result sr;
+    assert_int_equal(acemq_broker_publish(b, &small, 1, &sr), 0); /* connected */
+    assert_int_equal(sr.outcome, ACEMQ_PUBLISH_CONFIRMED);
+    pid_t watchdog = stop_broker(pid);
+    if (watchdog < 0) {
+        acemq_broker_close(b);
+        skip();
+    }
+    int rc = acemq_broker_publish(b, m, N, r);
+    resume_broker(pid, watchdog);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < N; i++) {
+        if (r[i].outcome != ACEMQ_PUBLISH_UNKNOWN)
+            fail_msg("message %d: outcome %d, expected UNKNOWN", i, r[i].outcome);
+        assert_non_null(r[i].reason);
+        assert_non_null(strstr(r[i].reason, "the broker read nothing for 300 ms"));
+    }
+    assert_non_null(strstr(acemq_broker_errmsg(b), "read nothing for 300 ms"));
+    assert_int_equal(acemq_broker_publish(b, &small, 1, &sr), 0);
+    assert_int_equal(sr.outcome, ACEMQ_PUBLISH_CONFIRMED);
+    acemq_broker_close(b);
+    free(body);
+    free(m);
+    free(r);
 }
 
 /* Pipelined sends, window 8: three sends of 100 with two outstanding at a
@@ -710,6 +790,7 @@ int main(void)
         cmocka_unit_test(missing_exchange_closes_channel_then_recovers),
         cmocka_unit_test(lost_connection_then_reconnects),
         cmocka_unit_test(silent_broker_times_out_then_recovers),
+        cmocka_unit_test(stalled_write_times_out_then_recovers),
         cmocka_unit_test(pipelined_sends_keep_outcomes_apart),
         cmocka_unit_test(cut_with_sends_outstanding),
         cmocka_unit_test(bad_headers_fail_the_call_whole),

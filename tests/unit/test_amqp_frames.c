@@ -1,7 +1,8 @@
 /* test_amqp_frames.c — basic.publish framed by hand (src/broker/amqp_frames.h):
  * the frames read back through rabbitmq-c's own decoders, bodies split at
  * frame_max, refusals that leave the run as it was, and the run's write
- * over a socket that takes it in parts or has lost its peer.
+ * over a socket that takes it in parts, has lost its peer, or is never
+ * read.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -237,7 +238,7 @@ static void a_run_larger_than_the_socket_takes_arrives_whole(void **state)
     assert_non_null(r.got);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, read_all, &r), 0);
-    assert_int_equal(acemq__frames_write(&buf, sv[0]), 0);
+    assert_int_equal(acemq__frames_write(&buf, sv[0], 60000), 0);
     assert_int_equal(buf.len, 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(r.len, n);
@@ -260,10 +261,33 @@ static void a_lost_peer_is_an_error_not_a_signal(void **state)
     assert_non_null(buf.data);
     memset(buf.data, 1, 64);
     errno = 0;
-    assert_int_equal(acemq__frames_write(&buf, sv[0]), -1);
+    assert_int_equal(acemq__frames_write(&buf, sv[0], 60000), -1);
     assert_int_equal(errno, EPIPE);
     acemq__frames_free(&buf);
     close(sv[0]);
+}
+
+/* A peer that reads nothing: once the socket is full, the write gives up
+ * after stall_ms without a byte taken (-1, ETIMEDOUT) instead of waiting
+ * for ever, and the run is empty. */
+static void a_peer_that_reads_nothing_times_the_write_out(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int fl = fcntl(sv[0], F_GETFL);
+    assert_true(fl >= 0);
+    assert_int_equal(fcntl(sv[0], F_SETFL, fl | O_NONBLOCK), 0);
+    const size_t n = 16u << 20; /* more than any socket buffer holds */
+    acemq__frame_buf buf = {.data = calloc(1, n), .len = n, .cap = n};
+    assert_non_null(buf.data);
+    errno = 0;
+    assert_int_equal(acemq__frames_write(&buf, sv[0], 50), -1);
+    assert_int_equal(errno, ETIMEDOUT);
+    assert_int_equal(buf.len, 0);
+    acemq__frames_free(&buf);
+    close(sv[0]);
+    close(sv[1]);
 }
 
 int main(void)
@@ -273,6 +297,7 @@ int main(void)
         cmocka_unit_test(refusals_leave_the_run_as_it_was),
         cmocka_unit_test(a_run_larger_than_the_socket_takes_arrives_whole),
         cmocka_unit_test(a_lost_peer_is_an_error_not_a_signal),
+        cmocka_unit_test(a_peer_that_reads_nothing_times_the_write_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
