@@ -17,12 +17,13 @@
  * RabbitMQ recommends from 3.13 and the only one from 4.0; Debian 12's 3.10
  * still declares version 1 when not asked). classic-v2-lazy adds
  * x-queue-mode lazy: the messages go to disk instead of staying in the
- * queue process's memory, whose garbage collection is then most of what
- * the broker spends (3.12 and later keep every classic queue so). The
- * queue's kind sets how fast the broker confirms, hence the latency's floor
- * and the raw publisher's pace: docs/performance.md has the kinds measured. --broker-cpu N runs the
- * broker's node alone on CPU N and everything else on the others, as if the broker had a host of
- * its own (place_processes below); its cases' names end in /broker-own-cpu.
+ * queue process's memory, whose garbage collection costs the broker much
+ * of its CPU once a backlog grows (3.12 and later keep every classic queue
+ * so). The queue's kind sets how fast the broker confirms, hence the
+ * latency's floor and the raw publisher's pace: docs/performance.md has
+ * the kinds measured. --broker-cpu N runs the broker's node alone on CPU N
+ * and everything else on the others, as if the broker had a host of its
+ * own (place_processes below); its cases' names end in /broker-own-cpu.
  * --delete-published has the relay delete each record once confirmed
  * (acemq relay --delete-published) instead of marking it published; its
  * cases' names end in /delete-published. The latency case also times the
