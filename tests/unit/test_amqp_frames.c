@@ -198,6 +198,16 @@ static void refusals_leave_the_run_as_it_was(void **state)
     acemq__frames_free(&buf);
 }
 
+/* A connected pair of sockets, sv[0] non-blocking as rabbitmq-c keeps its
+ * own: the side the runs are written to. */
+static void writer_pair(int sv[2])
+{
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int fl = fcntl(sv[0], F_GETFL);
+    assert_true(fl >= 0);
+    assert_int_equal(fcntl(sv[0], F_SETFL, fl | O_NONBLOCK), 0);
+}
+
 typedef struct reader {
     int fd;
     unsigned char *got;
@@ -223,12 +233,9 @@ static void a_run_larger_than_the_socket_takes_arrives_whole(void **state)
 {
     (void)state;
     int sv[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    writer_pair(sv);
     int small = 4096;
     assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
-    int fl = fcntl(sv[0], F_GETFL);
-    assert_true(fl >= 0);
-    assert_int_equal(fcntl(sv[0], F_SETFL, fl | O_NONBLOCK), 0);
 
     const size_t n = 4u << 20;
     acemq__frame_buf buf = {.data = malloc(n), .len = n, .cap = n};
@@ -274,10 +281,7 @@ static void a_peer_that_reads_nothing_times_the_write_out(void **state)
 {
     (void)state;
     int sv[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    int fl = fcntl(sv[0], F_GETFL);
-    assert_true(fl >= 0);
-    assert_int_equal(fcntl(sv[0], F_SETFL, fl | O_NONBLOCK), 0);
+    writer_pair(sv);
     const size_t n = 16u << 20; /* more than any socket buffer holds */
     acemq__frame_buf buf = {.data = calloc(1, n), .len = n, .cap = n};
     assert_non_null(buf.data);
