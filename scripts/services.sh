@@ -9,6 +9,8 @@
 #   scripts/services.sh env    [redis|postgres|rabbitmq|all]   (prints export lines)
 #   scripts/services.sh pause|resume rabbitmq   (stop_app / start_app: the broker
 #                                                goes away and comes back, data kept)
+#   scripts/services.sh alarm|unalarm rabbitmq  (a memory alarm raised / cleared:
+#                                                publishers blocked meanwhile)
 #
 # Environment: ACEMQ_SERVICES_DIR (default /tmp/acemq-services),
 # ACEMQ_REDIS_PORT (default 6390), ACEMQ_PG_PORT (default 5440),
@@ -366,12 +368,29 @@ svc_rabbitmq_resume() {
     as_rmq "$RMQ_BIN/rabbitmqctl" -q await_startup >/dev/null 2>&1 || true
 }
 
+# alarm/unalarm: a memory alarm raised and cleared, as a node past its
+# memory limit raises one: it blocks every publishing connection
+# (connection.blocked) until cleared. A limit of 0 raises it at once; 0.4
+# is RabbitMQ's default limit.
+svc_rabbitmq_alarm() {
+    say "rabbitmq: raising a memory alarm on $RMQ_NODE"
+    as_rmq "$RMQ_BIN/rabbitmqctl" -q set_vm_memory_high_watermark 0 >/dev/null ||
+        die "rabbitmq: set_vm_memory_high_watermark 0 failed"
+}
+
+svc_rabbitmq_unalarm() {
+    say "rabbitmq: clearing the memory alarm on $RMQ_NODE"
+    as_rmq "$RMQ_BIN/rabbitmqctl" -q set_vm_memory_high_watermark 0.4 >/dev/null ||
+        die "rabbitmq: set_vm_memory_high_watermark 0.4 failed"
+}
+
 # --- dispatch ------------------------------------------------------------
 
 supported() { declare -F "svc_$1_start" >/dev/null; }
 
 usage() {
     echo "usage: $0 start|stop|status|env [redis|postgres|rabbitmq|all]" >&2
+    echo "       $0 pause|resume|alarm|unalarm rabbitmq" >&2
     exit 2
 }
 
@@ -404,7 +423,7 @@ run() {
 [ $# -ge 1 ] || usage
 action=$1
 case "$action" in
-start | stop | status | pause | resume) [ $# -eq 2 ] || usage ;;
+start | stop | status | pause | resume | alarm | unalarm) [ $# -eq 2 ] || usage ;;
 env) [ $# -le 2 ] || usage ;;
 *) usage ;;
 esac

@@ -110,6 +110,29 @@ ACEMQ_EXTERN int acemq_broker_send(acemq_broker *b, const acemq_broker_msg *msgs
                                    acemq_publish_result *results);
 ACEMQ_EXTERN int acemq_broker_collect(acemq_broker *b);
 
+/* A resource alarm (RabbitMQ: memory or disk past its limit) makes the
+ * broker stop reading from publishing connections, and it says so with
+ * connection.blocked, which the AMQP handle asks for when it logs in. While
+ * the connection is blocked the handle writes nothing more, keeps the
+ * connection, and does not count the wait against confirm_timeout_ms: what
+ * it wrote before waits for the alarm to clear and is confirmed then, where
+ * dropping the connection would leave it UNKNOWN and send it again. The
+ * confirm timeout starts afresh at connection.unblocked. A wait on a blocked
+ * connection therefore lasts as long as the alarm, unless the handle is told
+ * to stop waiting.
+ *
+ * acemq_broker_blocked: 1 while the broker holds b's connection blocked,
+ * else 0. Safe from any thread (metrics).
+ *
+ * acemq_broker_stop_waiting: for shutting down; safe from any thread and
+ * from a signal handler. From then on a send or collect that waits on a
+ * blocked connection gives up within 100 ms: the unconfirmed stay UNKNOWN
+ * ("broker blocked the connection (...); stopped waiting") and the
+ * connection is dropped. Waits on a connection that is not blocked keep
+ * their confirm timeout. It lasts until b is closed. */
+ACEMQ_EXTERN int acemq_broker_blocked(const acemq_broker *b);
+ACEMQ_EXTERN void acemq_broker_stop_waiting(acemq_broker *b);
+
 /* The broker's own words for the last error on b; with b NULL, why the last
  * acemq_broker_open in this thread failed. */
 ACEMQ_EXTERN const char *acemq_broker_errmsg(const acemq_broker *b);

@@ -78,11 +78,15 @@ ACEMQ_EXTERN int acemq_relay_step(acemq_relay *r, size_t *claimed);
  * then finishes (its confirms awaited, its records marked), a batch claimed
  * ahead and not yet sent is released, and run returns 0. With mark_outbox,
  * the confirms of one batch are still coming in while the next is sent.
- * A failing outbox is retried after poll_ms; a failing broker backs off. */
+ * A failing outbox is retried after poll_ms; a failing broker backs off.
+ * While the broker holds the connection blocked (a resource alarm: see
+ * acemq_broker_blocked) the relay waits for the alarm to clear; *stop ends
+ * that wait too, leaving what was in flight to its lease. */
 ACEMQ_EXTERN int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop);
 
 /* Asks run() to stop as *stop does, from any thread (a signal handler sets
- * *stop; another thread calls this). */
+ * *stop; another thread calls this). It also calls acemq_broker_stop_waiting
+ * on the relay's broker handle. */
 ACEMQ_EXTERN void acemq_relay_stop(acemq_relay *r);
 
 /* A consistent copy of the counters; safe from any thread. */

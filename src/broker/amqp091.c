@@ -25,6 +25,12 @@
  * order, with the same message id, exchange and routing key (returns come
  * in publish order), and that mark turns the ack that follows into RETURNED.
  *
+ * A resource alarm: the broker says connection.blocked (asked for at login)
+ * and stops reading. Nothing more is written then, the connection is kept
+ * and the confirm timeout stands still until connection.unblocked, from
+ * which it runs again; only acemq_broker_stop_waiting (or the relay's stop
+ * flag) ends the wait before that, as a timeout would.
+ *
  * Reasons handed out in results point at static text or into the send's
  * slot (why[], reasons[]), which stays valid until the slot is reused: not
  * before the next call after the send is collected.
@@ -53,6 +59,9 @@
 /* A run of messages written in one go stops growing past this many bytes:
  * more saves no system call worth having and holds more memory. */
 #define RUN_BYTES ((size_t)256 * 1024)
+/* A wait on a blocked connection looks this often whether it should stop
+ * (acemq_broker_stop_waiting, the relay's stop flag). */
+#define BLOCKED_SLICE_MS 100
 
 /* A message's state within its send. */
 enum { M_UNSENT = 0, M_INFLIGHT, M_RETURNED, M_ANSWERED };
@@ -76,6 +85,7 @@ typedef struct sendrec {
 } sendrec;
 
 typedef struct amqp_self {
+    acemq_broker *owner;
     /* amqp_parse_url's copy of the URL: info's strings point into it. */
     char *url_buf;
     struct amqp_connection_info info;
@@ -85,6 +95,13 @@ typedef struct amqp_self {
     int channel_open;
     amqp_channel_t channel;
     uint64_t next_tag; /* the delivery tag the channel gives the next publish */
+
+    /* connection.blocked until connection.unblocked (a resource alarm): no
+     * more is written and the confirm timeout stands still; it runs again
+     * from unblocked_at_us. blocked_why is the broker's reason. */
+    int blocked;
+    int64_t unblocked_at_us;
+    char blocked_why[160];
 
     /* Reconnecting: the next attempt waits until lost_at_ms + backoff_ms. */
     int64_t lost_at_ms;
@@ -144,6 +161,23 @@ static void describe_reply(char *buf, size_t len, const char *what, amqp_rpc_rep
     }
 }
 
+/* Records the broker's connection.blocked (why: its reason) or the end of
+ * the block (why: what ended it), for this handle, acemq_broker_blocked
+ * and whoever watches. */
+static void set_blocked(amqp_self *s, int blocked, const char *why, size_t why_len)
+{
+    if (blocked == s->blocked) return;
+    if (blocked)
+        (void)snprintf(s->blocked_why, sizeof s->blocked_why, "%.*s",
+                       why_len > 150 ? 150 : (int)why_len, why);
+    else
+        s->unblocked_at_us = acemq__broker_now_us();
+    s->blocked = blocked;
+    acemq_broker *b = s->owner;
+    atomic_store(&b->blocked, blocked);
+    if (b->on_blocked) b->on_blocked(b->on_blocked_ctx, blocked, blocked ? s->blocked_why : why);
+}
+
 /* Tears the connection down without the close handshake: used when the
  * connection is already gone or can no longer be trusted, where waiting for
  * close-ok would only add the RPC timeout to the caller's wait. */
@@ -156,6 +190,7 @@ static void drop_connection(amqp_self *s)
         s->conn = NULL;
     }
     s->channel_open = 0;
+    set_blocked(s, 0, "connection dropped", 18);
     s->lost_at_ms = acemq__mono_ms();
 }
 
@@ -228,8 +263,17 @@ static int connect_now(acemq_broker *b, amqp_self *s)
         return acemq__broker_fail(b, ACEMQ_EIO, "amqp: setting timeouts: %s",
                                   amqp_error_string2(st));
     }
-    amqp_rpc_reply_t r = amqp_login(s->conn, s->vhost, 0, FRAME_MAX, b->opts.heartbeat_s,
-                                    AMQP_SASL_METHOD_PLAIN, s->info.user, s->info.password);
+    /* connection.blocked is sent only to clients that say they take it;
+     * rabbitmq-c merges this into the capabilities it announces itself. */
+    amqp_table_entry_t cap = {.key = amqp_cstring_bytes("connection.blocked"),
+                              .value = {.kind = AMQP_FIELD_KIND_BOOLEAN, .value.boolean = 1}};
+    amqp_table_entry_t prop = {.key = amqp_cstring_bytes("capabilities"),
+                               .value = {.kind = AMQP_FIELD_KIND_TABLE,
+                                         .value.table = {.num_entries = 1, .entries = &cap}}};
+    amqp_table_t props = {.num_entries = 1, .entries = &prop};
+    amqp_rpc_reply_t r =
+        amqp_login_with_properties(s->conn, s->vhost, 0, FRAME_MAX, b->opts.heartbeat_s, &props,
+                                   AMQP_SASL_METHOD_PLAIN, s->info.user, s->info.password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         describe_reply(msg, sizeof msg, "login", r);
         /* Read before the drop: the decoded reply lives in the connection's
@@ -530,18 +574,31 @@ static int take_frame(acemq_broker *b, amqp_self *s, const amqp_frame_t *f, int6
         (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
         return lost(b, s, "closed by the broker: ", words);
     }
+    case AMQP_CONNECTION_BLOCKED_METHOD: {
+        const amqp_connection_blocked_t *m = mt->decoded;
+        set_blocked(s, 1, (const char *)m->reason.bytes, m->reason.len);
+        return 0;
+    }
+    case AMQP_CONNECTION_UNBLOCKED_METHOD:
+        set_blocked(s, 0, "connection.unblocked", 20);
+        return 0;
     default:
-        return 0; /* connection.blocked and the like: the deadline covers them */
+        return 0;
     }
 }
 
-/* When the oldest unanswered message, over all sends, times out. */
+/* When the oldest unanswered message, over all sends, times out: the
+ * timeout runs from its publish, or from the last connection.unblocked if
+ * that came later (a blocked wait does not count). */
 static int64_t oldest_deadline(acemq_broker *b, amqp_self *s)
 {
     for (size_t k = 0; k < s->count; k++) {
         sendrec *sr = nth_send(s, k);
-        if (!sr->done && sr->lo < sr->sent)
-            return sr->sent_at_us[sr->lo] / 1000 + b->opts.confirm_timeout_ms;
+        if (!sr->done && sr->lo < sr->sent) {
+            int64_t from_us = sr->sent_at_us[sr->lo];
+            if (s->unblocked_at_us > from_us) from_us = s->unblocked_at_us;
+            return from_us / 1000 + b->opts.confirm_timeout_ms;
+        }
     }
     return acemq__mono_ms(); /* nothing in flight: callers do not wait then */
 }
@@ -550,10 +607,21 @@ static int64_t oldest_deadline(acemq_broker *b, amqp_self *s)
  * gave up (lost connection, timeout, closed channel). */
 static int pump(acemq_broker *b, amqp_self *s)
 {
-    int64_t deadline = oldest_deadline(b, s);
+    /* Blocked: no timeout, but a look at the stop request every slice. */
+    int64_t deadline = s->blocked ? acemq__mono_ms() + BLOCKED_SLICE_MS : oldest_deadline(b, s);
     amqp_frame_t f;
     errno = 0;
     int st = read_frame(s, &f, deadline);
+    if (st == AMQP_STATUS_TIMEOUT && s->blocked) {
+        if (!acemq__broker_stop_asked(b)) return 0;
+        char why[640];
+        (void)snprintf(why, sizeof why, "broker blocked the connection (%s); stopped waiting",
+                       s->blocked_why);
+        (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", why);
+        give_up_all(s, why);
+        drop_connection(s);
+        return 1;
+    }
     if (st == AMQP_STATUS_TIMEOUT) {
         (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: no confirm within %d ms; connection dropped",
                                  b->opts.confirm_timeout_ms);
@@ -718,7 +786,9 @@ static void send_all(acemq_broker *b, amqp_self *s, sendrec *sr)
 {
     size_t window = (size_t)b->opts.window;
     while (!sr->done && sr->sent < sr->n) {
-        if (s->inflight >= window) {
+        /* A blocked connection is sent nothing more: the broker would not
+         * read it, and a full socket would stall the write. */
+        if (s->inflight >= window || s->blocked) {
             (void)pump(b, s); /* a give-up sets sr->done */
             continue;
         }
@@ -864,6 +934,7 @@ int acemq__broker_open_amqp(acemq_broker *b, const char *url)
      * also "amqp://host:port/%2f". */
     s->vhost = s->info.vhost && s->info.vhost[0] ? s->info.vhost : "/";
     s->backoff_ms = BACKOFF_MIN_MS;
+    s->owner = b;
     int rc = connect_now(b, s);
     if (rc) {
         free(s->url_buf);

@@ -18,6 +18,10 @@ _Static_assert(sizeof(acemq_publish_result) == 16 && offsetof(acemq_publish_resu
                "acemq_publish_result keeps its 64-bit layout");
 #endif
 
+/* acemq_broker_stop_waiting may be called from a signal handler: its store
+ * must not take a lock. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "atomic_int is lock-free");
+
 void acemq_broker_options_init(acemq_broker_options *o)
 {
     if (!o) return;
@@ -84,6 +88,34 @@ void acemq_broker_close(acemq_broker *b)
     if (!b) return;
     if (b->methods) b->methods->close(b);
     free(b);
+}
+
+int acemq_broker_blocked(const acemq_broker *b)
+{
+    return b ? atomic_load(&b->blocked) : 0;
+}
+
+void acemq_broker_stop_waiting(acemq_broker *b)
+{
+    if (b) atomic_store(&b->stop_waiting, 1);
+}
+
+int acemq__broker_stop_asked(const acemq_broker *b)
+{
+    return atomic_load(&b->stop_waiting) || (b->stop_flag && *b->stop_flag);
+}
+
+void acemq__broker_watch_stop(acemq_broker *b, volatile sig_atomic_t *flag)
+{
+    if (b) b->stop_flag = flag;
+}
+
+void acemq__broker_watch_blocked(acemq_broker *b,
+                                 void (*fn)(void *ctx, int blocked, const char *reason), void *ctx)
+{
+    if (!b) return;
+    b->on_blocked = fn;
+    b->on_blocked_ctx = ctx;
 }
 
 int64_t acemq__broker_now_us(void)

@@ -9,6 +9,8 @@
 #ifndef ACEMQ_BROKER_BACKEND_H
 #define ACEMQ_BROKER_BACKEND_H
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include "acemq/broker.h"
 #include "core/url.h"
@@ -41,6 +43,18 @@ struct acemq_broker {
     acemq_broker_options opts;
     int outstanding; /* sends not yet collected */
     char errmsg[512];
+    /* Written by the thread that publishes, read from any (acemq_broker_blocked). */
+    atomic_int blocked;
+    /* acemq_broker_stop_waiting, from any thread or a signal handler. */
+    atomic_int stop_waiting;
+    /* A caller's stop flag that counts as stop_waiting once set
+     * (acemq__broker_watch_stop): acemq_relay_run's, whose loop cannot look
+     * at it while a collect waits. */
+    volatile sig_atomic_t *stop_flag;
+    /* Told of each change of blocked, on the thread that publishes, with the
+     * broker's reason (or why it ended): the relay logs it. */
+    void (*on_blocked)(void *ctx, int blocked, const char *reason);
+    void *on_blocked_ctx;
 };
 
 int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)
@@ -51,6 +65,18 @@ int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)
  * answer read at at_us, saturated to 0..UINT32_MAX. */
 int64_t acemq__broker_now_us(void);
 uint32_t acemq__broker_confirm_us(int64_t sent_us, int64_t at_us);
+
+/* Whether a wait on a blocked connection should give up now:
+ * acemq_broker_stop_waiting was called, or the watched stop flag is set. */
+int acemq__broker_stop_asked(const acemq_broker *b);
+
+/* Watches flag (NULL: none) as acemq_broker_stop_waiting would be called
+ * once it is set; the caller keeps flag valid until it watches NULL. */
+void acemq__broker_watch_stop(acemq_broker *b, volatile sig_atomic_t *flag);
+
+/* Calls fn (NULL: nobody) on each change of acemq_broker_blocked. */
+void acemq__broker_watch_blocked(acemq_broker *b,
+                                 void (*fn)(void *ctx, int blocked, const char *reason), void *ctx);
 
 /* Backend entry points: fill b->methods and b->self, or return an error with
  * its text on b. The URL text is passed whole: amqp:// URLs carry user,

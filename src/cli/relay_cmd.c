@@ -258,7 +258,7 @@ int acemq__cli_relay(int argc, char **argv)
     rc = acemq_relay_new(&r, ob, b, &ro);
     if (rc == 0 && metrics_addr) {
         char err[256];
-        if (acemq__metrics_start(&metrics, metrics_addr, r, err, sizeof err) != 0) {
+        if (acemq__metrics_start(&metrics, metrics_addr, r, b, err, sizeof err) != 0) {
             fprintf(stderr, "acemq relay: %s\n", err);
             rc = ACEMQ_EINVAL;
         }

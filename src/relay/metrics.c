@@ -15,6 +15,7 @@
 struct acemq__metrics {
     struct MHD_Daemon *daemon;
     acemq_relay *relay;
+    const acemq_broker *broker;
 };
 
 typedef struct page_buf {
@@ -44,7 +45,7 @@ static void gauge(page_buf *o, const char *name, const char *help, double v)
     put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
 }
 
-size_t acemq__metrics_render(const acemq_relay_stats *s, char *buf, size_t cap)
+size_t acemq__metrics_render(const acemq_relay_stats *s, int broker_blocked, char *buf, size_t cap)
 {
     page_buf o = {buf, cap, 0};
     counter(&o, "acemq_relay_published_total", "Records the broker confirmed, marked published.",
@@ -64,6 +65,9 @@ size_t acemq__metrics_render(const acemq_relay_stats *s, char *buf, size_t cap)
           (double)s->dead);
     gauge(&o, "acemq_outbox_oldest_pending_age_seconds",
           "Age of the oldest record still to publish.", (double)s->oldest_age_ms / 1000.0);
+    gauge(&o, "acemq_relay_broker_blocked",
+          "1 while the broker holds the relay's connection blocked (a resource alarm).",
+          (double)broker_blocked);
     const char *h = "acemq_relay_confirm_latency_seconds";
     put(&o,
         "# HELP %s Time from publishing each record to the broker's confirm of it.\n# TYPE %s "
@@ -100,10 +104,11 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
     }
     acemq_relay_stats s;
     acemq_relay_stats_get(m->relay, &s);
-    size_t need = acemq__metrics_render(&s, NULL, 0) + 1;
+    int blocked = acemq_broker_blocked(m->broker);
+    size_t need = acemq__metrics_render(&s, blocked, NULL, 0) + 1;
     char *page = malloc(need);
     if (!page) return MHD_NO;
-    size_t len = acemq__metrics_render(&s, page, need);
+    size_t len = acemq__metrics_render(&s, blocked, page, need);
     struct MHD_Response *r = MHD_create_response_from_buffer(len, page, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(page);
@@ -115,8 +120,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
     return rc;
 }
 
-int acemq__metrics_start(acemq__metrics **out, const char *addr, acemq_relay *r, char *err,
-                         size_t err_cap)
+int acemq__metrics_start(acemq__metrics **out, const char *addr, acemq_relay *r,
+                         const acemq_broker *b, char *err, size_t err_cap)
 {
     *out = NULL;
     const char *colon = strrchr(addr, ':');
@@ -148,6 +153,7 @@ int acemq__metrics_start(acemq__metrics **out, const char *addr, acemq_relay *r,
         return -1;
     }
     m->relay = r;
+    m->broker = b;
     m->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
                                  (uint16_t)port, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&sa, MHD_OPTION_END);

@@ -43,6 +43,7 @@
 #include <time.h>
 
 #include "acemq/relay.h"
+#include "broker/broker_backend.h"
 #include "core/pause.h"
 #include "core/worker.h"
 #include "relay/flight.h"
@@ -210,10 +211,16 @@ static int settle(acemq_relay *r, acemq_outbox *ob, acemq__mark_job *j)
         failed++;
     }
     if (unknown) {
+        /* Not marked: they go again when their leases run out. The first
+         * one's reason says why (timeout, lost connection, stopped waiting
+         * on a blocked connection); the rest of a batch nearly always share it. */
         char count[32];
         snprintf(count, sizeof count, "%llu", (unsigned long long)unknown);
-        log_event(r, "outcome_unknown", "records", count, "note",
-                  "not marked; published again when the lease runs out");
+        const char *why = NULL;
+        for (size_t i = 0; i < j->n && !why; i++)
+            if (j->outcome[i] == ACEMQ_PUBLISH_UNKNOWN)
+                why = acemq__mark_job_reason(j, i) ? acemq__mark_job_reason(j, i) : "unknown";
+        log_event(r, "outcome_unknown", "records", count, "reason", why);
     }
     if (r->opts.verbose) {
         char a[32], b[32];
@@ -572,7 +579,9 @@ static double refresh_gauges(acemq_relay *r)
 
 void acemq_relay_stop(acemq_relay *r)
 {
-    if (r) atomic_store(&r->stop_requested, 1);
+    if (!r) return;
+    atomic_store(&r->stop_requested, 1);
+    acemq_broker_stop_waiting(r->b);
 }
 
 /* A signal handler's flag, or another thread's acemq_relay_stop. */
@@ -599,6 +608,14 @@ static void pause_ms(acemq_relay *r, int ms, volatile sig_atomic_t *stop)
     (void)acemq__pause_ms(ms, stop_watched, &w);
 }
 
+/* The broker blocked the relay's connection (a resource alarm), or the
+ * block ended: nothing is published meanwhile, which an operator should
+ * see without --verbose. */
+static void log_blocked(void *ctx, int blocked, const char *reason)
+{
+    log_event(ctx, blocked ? "broker_blocked" : "broker_unblocked", "reason", reason, NULL, NULL);
+}
+
 int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
 {
     if (!r || !stop) return ACEMQ_EINVAL;
@@ -622,6 +639,11 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
         gp = &g;
     double gauges_due = 0; /* without a gauge thread: when to count next */
     int broker_backoff = 0;
+    /* A send or collect waiting on a connection the broker has blocked
+     * returns only when the alarm clears; this lets *stop end it too, and
+     * the operator reads when the wait began and ended. */
+    acemq__broker_watch_stop(r->b, stop);
+    acemq__broker_watch_blocked(r->b, log_blocked, r);
     while (!stopping(r, stop)) {
         size_t n = 0;
         int rc = pipelined ? pipelined_step(r, &k, cp, &n) : acemq_relay_step(r, &n);
@@ -665,6 +687,8 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
     } else {
         (void)refresh_gauges(r);
     }
+    acemq__broker_watch_stop(r->b, NULL);
+    acemq__broker_watch_blocked(r->b, NULL, NULL);
     log_event(r, "stop", "reason", "signal", NULL, NULL);
     return 0;
 }

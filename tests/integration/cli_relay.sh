@@ -87,6 +87,7 @@ check "the unroutable rows were returned" test "${returned:-0}" -ge 2
 check "/metrics is Prometheus text" grep -q '^# TYPE acemq_relay_confirm_latency_seconds histogram' "$tmp/metrics.txt"
 check "/metrics has the +Inf bucket" grep -q 'acemq_relay_confirm_latency_seconds_bucket{le="+Inf"} 50' "$tmp/metrics.txt"
 check "/metrics has the pending gauge" grep -q '^acemq_outbox_pending ' "$tmp/metrics.txt"
+check "/metrics says the broker is not blocking" grep -q '^acemq_relay_broker_blocked 0$' "$tmp/metrics.txt"
 
 kill -TERM "$relay_pid"
 wait "$relay_pid"

@@ -223,18 +223,24 @@ static long log_end(void)
     return end < 0 ? 0 : end;
 }
 
+/* Whether the relays' log holds `text` after offset `from`, now. */
+static int log_has(long from, const char *text)
+{
+    FILE *f = fopen(log_path, "r");
+    char line[2048];
+    int found = 0;
+    if (f && fseek(f, from, SEEK_SET) == 0)
+        while (!found && fgets(line, sizeof line, f))
+            found = strstr(line, text) != NULL;
+    if (f) fclose(f);
+    return found;
+}
+
 /* Waits (bounded) until the relays' log holds `text` after offset `from`. */
 static void wait_for_log(long from, const char *text, int max_seconds)
 {
     for (long t = 0; t < max_seconds * 50L; t++) {
-        FILE *f = fopen(log_path, "r");
-        char line[2048];
-        int found = 0;
-        if (f && fseek(f, from, SEEK_SET) == 0)
-            while (!found && fgets(line, sizeof line, f))
-                found = strstr(line, text) != NULL;
-        if (f) fclose(f);
-        if (found) return;
+        if (log_has(from, text)) return;
         pause_ms(20);
     }
     fail_msg("no '%s' in %s after %d s", text, log_path, max_seconds);
@@ -249,16 +255,36 @@ static int stop_relay(pid_t pid, int sig)
     return status;
 }
 
-/* Set while a case has the broker paused, so that teardown resumes it
- * when the case failed before it could: the cases after it need it. */
-static int broker_paused;
+/* Set while a case has the broker paused, or its memory alarm raised, so
+ * that teardown undoes it when the case failed before it could: the cases
+ * after it need the broker. */
+static int broker_paused, broker_alarmed;
 
 static void broker(const char *action)
 {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s %s rabbitmq >/dev/null", services, action);
     if (system(cmd) != 0) fail_msg("%s", cmd);
-    broker_paused = strcmp(action, "pause") == 0;
+    if (strcmp(action, "pause") == 0 || strcmp(action, "resume") == 0)
+        broker_paused = strcmp(action, "pause") == 0;
+    if (strcmp(action, "alarm") == 0 || strcmp(action, "unalarm") == 0)
+        broker_alarmed = strcmp(action, "alarm") == 0;
+}
+
+/* n records, the broker put through `action` (pause, alarm), and a relay
+ * started that has logged `event` about it: the relay's pid; its outbox
+ * in *ob, and in *from where the log stood before it started. */
+static pid_t relay_meets_outage(outbox_fixture *f, long n, const char *action, const char *lease,
+                                const char *confirm_timeout, const char *event, acemq_outbox **ob,
+                                long *from)
+{
+    fill(f, n, 0, "");
+    *ob = outbox_fixture_open(f);
+    broker(action);
+    *from = log_end();
+    pid_t relay = start_relay(f, lease, confirm_timeout);
+    wait_for_log(*from, event, 60);
+    return relay;
 }
 
 /* Stops the relay with SIGTERM (it must exit 0), reads the queue and fails
@@ -297,6 +323,7 @@ static int teardown(void **state)
     for (int i = 0; i < MAX_RELAYS; i++)
         if (running[i] != 0) (void)stop_relay(running[i], SIGKILL);
     if (broker_paused) broker("resume");
+    if (broker_alarmed) broker("unalarm");
     outbox_fixture_free(*state);
     free(*state);
     return 0;
@@ -411,6 +438,63 @@ static void kill_9_loses_nothing(void **state)
     acemq_outbox_close(ob);
 }
 
+/* A memory alarm blocks the relay's connection (connection.blocked) for
+ * three of its 1 s confirm timeouts. The relay logs broker_blocked and
+ * waits on the same connection instead of giving up and publishing again:
+ * once the alarm clears, every record arrives exactly once (leases of 60 s,
+ * so none is taken over meanwhile). */
+static void alarm_is_waited_out_without_duplicates(void **state)
+{
+    outbox_fixture *f = *state;
+    enum { N = 1000 };
+    acemq_outbox *ob;
+    long from;
+    pid_t relay = relay_meets_outage(f, N, "alarm", "60", "1", "event=broker_blocked", &ob, &from);
+    pause_ms(3000);
+    int gave_up = log_has(from, "event=outcome_unknown") || log_has(from, "lost connection");
+    broker("unalarm");
+    wait_for_log(from, "event=broker_unblocked", 60);
+    assert_false(gave_up);
+    wait_pending(ob, 0, 300);
+    long got = 0, dups = finish_and_count_duplicates(relay, N, &got);
+    printf("alarm: %ld messages for %d records (%ld duplicates)\n", got, N, dups);
+    assert_int_equal(dups, 0);
+    acemq_outbox_close(ob);
+}
+
+/* SIGTERM while the alarm holds the relay's connection blocked: the relay
+ * stops waiting and exits 0 (it would otherwise wait as long as the alarm);
+ * what it had in flight goes to its lease, and a relay started after the
+ * alarm clears publishes every record. */
+static void sigterm_ends_a_blocked_wait(void **state)
+{
+    outbox_fixture *f = *state;
+    enum { N = 500 };
+    acemq_outbox *ob;
+    long from;
+    pid_t relay = relay_meets_outage(f, N, "alarm", "2", "1", "event=broker_blocked", &ob, &from);
+    kill(relay, SIGTERM);
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 3000 && done == 0; i++) { /* 60 s at most */
+        done = waitpid(relay, &status, WNOHANG);
+        if (done == 0) pause_ms(20);
+    }
+    if (done == relay) forget_relay(relay);
+    broker("unalarm");
+    assert_int_equal(done, relay);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(log_has(from, "stopped waiting"));
+    relay = start_relay(f, "2", "1");
+    wait_pending(ob, 0, 300);
+    long got = 0, dups = finish_and_count_duplicates(relay, N, &got);
+    printf("SIGTERM while blocked: %ld messages for %d records (%ld duplicates)\n", got, N, dups);
+    /* The repeats are what was in flight when the relay stopped waiting, and
+     * the broker took after the alarm: four batches of 100 at most. */
+    assert_true(dups <= 4 * 100);
+    acemq_outbox_close(ob);
+}
+
 /* A relay started while its broker is down (started with it, or before
  * it) waits for it, logging broker_unavailable, and publishes everything
  * once it is up: the same as for a broker that goes away later. */
@@ -418,12 +502,10 @@ static void relay_started_before_the_broker(void **state)
 {
     outbox_fixture *f = *state;
     enum { N = 1000 };
-    fill(f, N, 0, "");
-    acemq_outbox *ob = open_outbox(f);
-    broker("pause");
-    long from = log_end();
-    pid_t relay = start_relay(f, "30", "20");
-    wait_for_log(from, "event=broker_unavailable", 60);
+    acemq_outbox *ob;
+    long from;
+    pid_t relay =
+        relay_meets_outage(f, N, "pause", "30", "20", "event=broker_unavailable", &ob, &from);
     assert_int_equal(waitpid(relay, NULL, WNOHANG), 0); /* still running */
     assert_int_equal(pending(ob), N);
     broker("resume");
@@ -527,6 +609,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(kill_9_loses_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(two_relays_share_the_work, setup, teardown),
         cmocka_unit_test_setup_teardown(relay_started_before_the_broker, setup, teardown),
+        cmocka_unit_test_setup_teardown(alarm_is_waited_out_without_duplicates, setup, teardown),
+        cmocka_unit_test_setup_teardown(sigterm_ends_a_blocked_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(wrong_password_exits_at_once, setup, teardown),
     };
     const struct CMUnitTest postgres_tests[] = {
