@@ -491,7 +491,7 @@ static void sigterm_ends_a_blocked_wait(void **state)
     printf("SIGTERM while blocked: %ld messages for %d records (%ld duplicates)\n", got, N, dups);
     /* The repeats are what was in flight when the relay stopped waiting, and
      * the broker took after the alarm: four batches of 100 at most. */
-    assert_true(dups <= 4 * 100);
+    assert_true(dups <= 4L * 100);
     acemq_outbox_close(ob);
 }
 
