@@ -173,7 +173,9 @@ ACEMQ_EXTERN int acemq_outbox_purge(acemq_outbox *h, int64_t older_than_ms, uint
  * move (on Linux asleep until the database file or its -wal is written, and
  * looking every 100 ms regardless; elsewhere polling every 5 ms;
  * docs/outbox.md). 1 when something was committed since the last call, 0 on
- * timeout, or an error. */
+ * timeout, or an error. On PostgreSQL a handle starts listening at its first
+ * wait, which answers 1 at once: look again, a commit from before it could
+ * not be heard. */
 ACEMQ_EXTERN int acemq_outbox_wait(acemq_outbox *h, int timeout_ms);
 
 /* The backend's own words for the last error on h; with h NULL, why the last

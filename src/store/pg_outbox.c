@@ -200,6 +200,9 @@ typedef struct pg {
     PGconn *conn;
     char *conninfo;
     int64_t purge_end; /* the highest seq when the purge under way began */
+    /* LISTEN acemq_outbox is on for this session: from the handle's first
+     * wait on, and again after each reconnect once it was. */
+    int listening;
 } pg;
 
 /* libpq's message ends in a newline; the handle's text reads better without. */
@@ -268,7 +271,12 @@ static int prepare_all(acemq_outbox *h)
         if (rc != 0) return rc;
         PQclear(r);
     }
-    return exec_simple(h, "LISTEN acemq_outbox", "LISTEN");
+    /* Only a handle that waits listens (pg_wait): every commit's NOTIFY
+     * wakes each listening session, and libpq keeps what a session that
+     * never waits is sent until someone asks for it. The relay's marking,
+     * claiming and counting handles were each woken once a commit, and each
+     * held every notification ever sent to it. */
+    return p->listening ? exec_simple(h, "LISTEN acemq_outbox", "LISTEN") : 0;
 }
 
 static int ensure_schema(acemq_outbox *h)
@@ -722,6 +730,14 @@ static int pg_wait(acemq_outbox *h, int timeout_ms)
     pg *p = h->self;
     int rc = ensure_connected(h);
     if (rc != 0) return rc;
+    if (!p->listening) {
+        rc = exec_simple(h, "LISTEN acemq_outbox", "LISTEN");
+        if (rc != 0) return rc;
+        p->listening = 1;
+        /* A commit from before the LISTEN sent no notification this session
+         * hears: "look again" once, and every commit after it wakes us. */
+        return 1;
+    }
     int64_t deadline = acemq__mono_ms() + timeout_ms;
     for (;;) {
         if (PQconsumeInput(p->conn) != 1)
@@ -854,6 +870,17 @@ int acemq_outbox_add_pg(PGconn *conn, const acemq_outbox_record *r,
     if (!inserted)
         return acemq__outbox_fail_thread(ACEMQ_EEXIST, "add: a record with id '%s' exists", id);
     if (id_out) memcpy(id_out, id, strlen(id) + 1);
+    return 0;
+}
+
+int acemq__pg_outbox_listening(acemq_outbox *h, int *listening)
+{
+    pg *p = h->self;
+    PGresult *r = PQexec(p->conn, "SELECT count(*) FROM pg_listening_channels()");
+    int rc = check(h, r, PGRES_TUPLES_OK, "pg_listening_channels");
+    if (rc != 0) return rc;
+    *listening = (int)strtol(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
     return 0;
 }
 

@@ -766,8 +766,10 @@ static void wait_wakes_on_a_commit(void **state)
     outbox_fixture *f = *state;
     acemq_outbox *h = outbox_fixture_open(f);
     /* PostgreSQL's NOTIFY channel is shared by the whole database, and other
-     * suites may be inserting at once: only SQLite can promise silence. */
-    if (!f->pg) assert_int_equal(acemq_outbox_wait(h, 0), 0);
+     * suites may be inserting at once: only SQLite can promise silence. A
+     * PostgreSQL handle's first wait starts it listening and answers 1 at
+     * once ("look again": a commit before it sent nothing it could hear). */
+    assert_int_equal(acemq_outbox_wait(h, 0), f->pg ? 1 : 0);
     const char *ids[] = {"wake"};
     add_committed(f, ids, NULL, 1);
     /* A generous bound, not a timing assertion: the wake-up comes at once. */
@@ -919,6 +921,34 @@ static void claims_stay_on_their_page(void **state)
     acemq_outbox_close(h);
 }
 
+/* PostgreSQL only. A handle listens for NOTIFY only once it waits: every
+ * commit wakes each listening session, and libpq keeps the notifications of
+ * a session that never asks for them. The relay's marking, claiming and
+ * counting handles never wait; before, each was woken once per commit and
+ * held every notification it had been sent. */
+static void only_a_waiting_handle_listens(void **state)
+{
+    outbox_fixture *f = *state;
+    acemq_outbox *h = outbox_fixture_open(f);
+    int listening = -1;
+    assert_int_equal(acemq__pg_outbox_listening(h, &listening), 0);
+    assert_int_equal(listening, 0);
+    const char *ids[] = {"unheard"};
+    add_committed(f, ids, NULL, 1);
+    const acemq_outbox_msg *m;
+    assert_int_equal(claim(h, 10, 60000, &m), 1);
+    assert_int_equal(acemq_outbox_mark_published(h, m[0].id, m[0].token), 0);
+    assert_int_equal(acemq__pg_outbox_listening(h, &listening), 0);
+    assert_int_equal(listening, 0);
+    assert_int_equal(acemq_outbox_wait(h, 0), 1); /* starts listening: "look again" */
+    assert_int_equal(acemq__pg_outbox_listening(h, &listening), 0);
+    assert_int_equal(listening, 1);
+    const char *later[] = {"heard"};
+    add_committed(f, later, NULL, 1);
+    assert_int_equal(acemq_outbox_wait(h, 10000), 1);
+    acemq_outbox_close(h);
+}
+
 /* PostgreSQL only. The server ends a handle's connection (as a restart, a
  * failover or a network cut would). The call that finds it gone answers
  * ACEMQ_EIO, the next one connects again: its statements prepared anew, so
@@ -931,6 +961,7 @@ static void a_lost_connection_comes_back(void **state)
     outbox_fixture_tagged_url(f, "victim", url, sizeof url);
     acemq_outbox *h = NULL;
     assert_int_equal(acemq_outbox_open(&h, url, &f->opts), 0);
+    assert_int_equal(acemq_outbox_wait(h, 0), 1); /* listening from here on */
     const char *first[] = {"before"};
     add_committed(f, first, NULL, 1);
     const acemq_outbox_msg *m;
@@ -992,6 +1023,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest postgres_tests[] = {
         cmocka_unit_test_setup_teardown(claims_stay_on_their_page, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lost_connection_comes_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(only_a_waiting_handle_listens, setup, teardown),
     };
     int failed = cmocka_run_group_tests_name(use_pg ? "outbox conformance (postgres)"
                                                     : "outbox conformance (sqlite)",
