@@ -164,18 +164,21 @@ static void describe_reply(char *buf, size_t len, const char *what, amqp_rpc_rep
 /* Records the broker's connection.blocked (why: its reason) or the end of
  * the block (why: what ended it), for this handle, acemq_broker_blocked
  * and whoever watches. */
-static void set_blocked(amqp_self *s, int blocked, const char *why, size_t why_len)
+static void set_blocked(amqp_self *s, int blocked, amqp_bytes_t why)
 {
     if (blocked == s->blocked) return;
     if (blocked)
         (void)snprintf(s->blocked_why, sizeof s->blocked_why, "%.*s",
-                       why_len > 150 ? 150 : (int)why_len, why);
+                       why.len > 150 ? 150 : (int)why.len, (const char *)why.bytes);
     else
         s->unblocked_at_us = acemq__broker_now_us();
     s->blocked = blocked;
     acemq_broker *b = s->owner;
     atomic_store(&b->blocked, blocked);
-    if (b->on_blocked) b->on_blocked(b->on_blocked_ctx, blocked, blocked ? s->blocked_why : why);
+    /* The literals of an end (below) are NUL-terminated; a reason is copied. */
+    if (b->on_blocked)
+        b->on_blocked(b->on_blocked_ctx, blocked,
+                      blocked ? s->blocked_why : (const char *)why.bytes);
 }
 
 /* Tears the connection down without the close handshake: used when the
@@ -190,7 +193,7 @@ static void drop_connection(amqp_self *s)
         s->conn = NULL;
     }
     s->channel_open = 0;
-    set_blocked(s, 0, "connection dropped", 18);
+    set_blocked(s, 0, amqp_cstring_bytes("connection dropped"));
     s->lost_at_ms = acemq__mono_ms();
 }
 
@@ -428,17 +431,24 @@ static void give_up_all(amqp_self *s, const char *why)
     s->inflight = 0;
 }
 
-/* The connection is gone or cannot be trusted: the unanswered stay UNKNOWN
- * with "lost connection: ...", and the next send reconnects. Returns 1, "the
- * calls stop", for the callers' convenience. */
-static int lost(acemq_broker *b, amqp_self *s, const char *what, const char *words)
+/* The sends cannot go on on this connection: the unanswered stay UNKNOWN
+ * with why (also the handle's error), and the next send reconnects.
+ * Returns 1, "the calls stop", for the callers' convenience. */
+static int give_up(acemq_broker *b, amqp_self *s, const char *why)
 {
-    char why[640];
-    (void)snprintf(why, sizeof why, "lost connection: %s%s", what, words);
     (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", why);
     give_up_all(s, why);
     drop_connection(s);
     return 1;
+}
+
+/* The connection is gone or cannot be trusted: give_up with "lost
+ * connection: ...". */
+static int lost(acemq_broker *b, amqp_self *s, const char *what, const char *words)
+{
+    char why[640];
+    (void)snprintf(why, sizeof why, "lost connection: %s%s", what, words);
+    return give_up(b, s, why);
 }
 
 /* rabbitmq-c's words for a status, with the system's for a socket error
@@ -576,11 +586,11 @@ static int take_frame(acemq_broker *b, amqp_self *s, const amqp_frame_t *f, int6
     }
     case AMQP_CONNECTION_BLOCKED_METHOD: {
         const amqp_connection_blocked_t *m = mt->decoded;
-        set_blocked(s, 1, (const char *)m->reason.bytes, m->reason.len);
+        set_blocked(s, 1, m->reason);
         return 0;
     }
     case AMQP_CONNECTION_UNBLOCKED_METHOD:
-        set_blocked(s, 0, "connection.unblocked", 20);
+        set_blocked(s, 0, amqp_cstring_bytes("connection.unblocked"));
         return 0;
     default:
         return 0;
@@ -617,10 +627,7 @@ static int pump(acemq_broker *b, amqp_self *s)
         char why[640];
         (void)snprintf(why, sizeof why, "broker blocked the connection (%s); stopped waiting",
                        s->blocked_why);
-        (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", why);
-        give_up_all(s, why);
-        drop_connection(s);
-        return 1;
+        return give_up(b, s, why);
     }
     if (st == AMQP_STATUS_TIMEOUT) {
         (void)acemq__broker_fail(b, ACEMQ_EIO, "amqp: no confirm within %d ms; connection dropped",
@@ -697,8 +704,9 @@ static int check_msgs(acemq_broker *b, amqp_self *s, const acemq_broker_msg *msg
     return 0;
 }
 
-/* Appends message m's frames to the run (s->frames). */
-static int encode_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers)
+/* Appends message m's frames to the run (s->frames), bodies split at
+ * frame_max. */
+static int encode_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers, size_t frame_max)
 {
     size_t k = 0;
     if (headers) {
@@ -738,10 +746,7 @@ static int encode_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers)
                                    .routing_key = amqp_cstring_bytes(m->routing_key),
                                    .mandatory = 1,
                                    .immediate = 0};
-    int frame_max = amqp_get_frame_max(s->conn);
-    return acemq__frames_add_publish(&s->frames, s->channel,
-                                     frame_max > 0 ? (size_t)frame_max : (size_t)FRAME_MAX, &method,
-                                     &p, body);
+    return acemq__frames_add_publish(&s->frames, s->channel, frame_max, &method, &p, body);
 }
 
 /* --- send and collect ---------------------------------------------------- */
@@ -793,9 +798,11 @@ static void send_all(acemq_broker *b, amqp_self *s, sendrec *sr)
             continue;
         }
         size_t first = sr->sent, room = window - s->inflight, k = 0;
+        int negotiated = amqp_get_frame_max(s->conn); /* read once per run */
+        size_t frame_max = negotiated > 0 ? (size_t)negotiated : (size_t)FRAME_MAX;
         s->frames.len = 0;
         while (k < room && first + k < sr->n && s->frames.len < RUN_BYTES) {
-            int st = encode_one(s, &sr->msgs[first + k], s->parsed[first + k]);
+            int st = encode_one(s, &sr->msgs[first + k], s->parsed[first + k], frame_max);
             /* check_msgs() keeps the unencodable from getting here; should
              * one, the connection ends, as it did when rabbitmq-c had sent
              * the method frame before failing on the header. */

@@ -216,11 +216,11 @@ static int settle(acemq_relay *r, acemq_outbox *ob, acemq__mark_job *j)
          * on a blocked connection); the rest of a batch nearly always share it. */
         char count[32];
         snprintf(count, sizeof count, "%llu", (unsigned long long)unknown);
-        const char *why = NULL;
-        for (size_t i = 0; i < j->n && !why; i++)
-            if (j->outcome[i] == ACEMQ_PUBLISH_UNKNOWN)
-                why = acemq__mark_job_reason(j, i) ? acemq__mark_job_reason(j, i) : "unknown";
-        log_event(r, "outcome_unknown", "records", count, "reason", why);
+        size_t first = 0;
+        while (first < j->n && j->outcome[first] != ACEMQ_PUBLISH_UNKNOWN)
+            first++;
+        const char *why = acemq__mark_job_reason(j, first);
+        log_event(r, "outcome_unknown", "records", count, "reason", why ? why : "unknown");
     }
     if (r->opts.verbose) {
         char a[32], b[32];

@@ -33,6 +33,7 @@
 #include <amqp_tcp_socket.h>
 
 #include "acemq/broker.h"
+#include "core/mono_time.h"
 
 static const char *url;
 static struct amqp_connection_info info;
@@ -641,25 +642,18 @@ typedef struct alarm_watch {
     int saw_blocked, still_blocked, cleared;
 } alarm_watch;
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static void *watch_alarm(void *arg)
 {
     alarm_watch *w = arg;
     for (int i = 0; i < 2000 && !acemq_broker_blocked(w->b); i++) /* 20 s at most */
-        sleep_ms(10);
+        acemq__sleep_ms(10);
     w->saw_blocked = acemq_broker_blocked(w->b);
     if (w->saw_blocked && w->stop_instead) {
         acemq_broker_stop_waiting(w->b);
         return NULL;
     }
     if (w->saw_blocked) {
-        sleep_ms(1000);
+        acemq__sleep_ms(1000);
         w->still_blocked = acemq_broker_blocked(w->b);
     }
     w->cleared = broker_alarm("unalarm") == 0;
