@@ -9,7 +9,7 @@
  *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
  *               [--batch N] [--window N] [--latency-inline] [--filter TEXT]
  *               [--queue classic-v2|classic-v2-lazy|classic-v1|quorum] [--broker-cpu N]
- *               [--delete-published] [--writer-busy-wait] [--quick]
+ *               [--delete-published] [--writer-busy-wait] [--consumer] [--quick]
  *
  * --filter runs only the cases whose name contains TEXT. --queue is the kind
  * of the durable queue every case publishes to, relay and peers alike:
@@ -33,6 +33,11 @@
  * The latency case runs the relay as `acemq relay` does (claimer and marker
  * threads on handles of their own); --latency-inline runs it on one handle,
  * claim, publish and mark in turn, as before.
+ *
+ * Without --consumer every message of a turn stays in the queue. With it, a
+ * consumer takes them as they come in every turn of every case, relay and
+ * peers alike, and a turn fails unless each of its messages reached it
+ * (bench_consumer.h; docs/performance.md, "Fifteenth round", has both).
  *
  * URLs default to ACEMQ_AMQP_URL and ACEMQ_PG_URL (scripts/services.sh env);
  * without a broker nothing is measured, without PostgreSQL its cases are
@@ -59,6 +64,7 @@
 #include "acemq/relay.h"
 #include "acemq/sqlite.h"
 #include "bench_common.h"
+#include "bench_consumer.h"
 
 #define QUEUE "acemq-bench-relay"
 #define BODY_LEN 200
@@ -73,6 +79,7 @@ typedef struct config {
     int broker_cpu;       /* >= 0: the broker's node runs on this CPU alone */
     int synchronous;      /* the relay's handles; acemq relay's default, FULL */
     int delete_published; /* the relay deletes what it publishes (--delete-published) */
+    int consumer;         /* a consumer empties the queue during every turn (--consumer) */
     char dir[256];
 } config;
 
@@ -248,6 +255,25 @@ static void raw_confirm_latency(const char *url, long n, int rate, double *p50, 
     free(lat);
 }
 
+/* A turn's consumer on the queue fresh_queue just made; NULL without
+ * --consumer. */
+static bench_consumer *start_consumer(const config *cfg)
+{
+    return cfg->consumer ? bench_consumer_start(mq_connect(cfg->amqp_url), QUEUE) : NULL;
+}
+
+/* Ends a turn's consumer: every one of the turn's n messages must have
+ * reached it. More is possible (at least once), and said. */
+static void finish_consumer(bench_consumer *k, long n, const char *turn)
+{
+    if (!k) return;
+    long got = bench_consumer_finish(k, n, 30.0);
+    if (got < n) die("the consumer received %ld of the %ld messages %s sent", got, n, turn);
+    if (got > n)
+        fprintf(stderr, "%s: the consumer received %ld messages for the %ld %s sent\n", bench_name,
+                got, n, turn);
+}
+
 /* ------------------------------------------------------------ outboxes */
 
 static void exec_sql(int pg, sqlite3 *db, PGconn *conn, const char *sql)
@@ -383,8 +409,11 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     const int rate = 1000;
     double raw50 = 0, raw99 = 0;
     fresh_queue(cfg);
+    bench_consumer *consumer = start_consumer(cfg);
     raw_confirm_latency(cfg->amqp_url, n, rate, &raw50, &raw99);
+    finish_consumer(consumer, n, "RabbitMQ alone");
     fresh_queue(cfg);
+    consumer = start_consumer(cfg);
     exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
     acemq_outbox *ob = open_relay_outbox(cfg, outbox_url), *mark_ob = NULL, *claim_ob = NULL,
                  *gauge_ob = NULL;
@@ -456,6 +485,7 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     acemq_outbox_close(watch);
     acemq_relay_stop(t.r);
     pthread_join(th, NULL);
+    finish_consumer(consumer, n, "the relay");
     long *lat = malloc((size_t)n * sizeof *lat);
     if (!lat) die("out of memory");
     long got = 0;
@@ -499,9 +529,9 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
             "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%ld,\"unit\":\"ms p99\",\"p50_ms\":%ld,"
             "\"peer\":\"raw rabbitmq-c confirm latency p99 (ms), same rate\",\"peer_value\":%.1f,"
             "\"ratio\":null,"
-            "\"target\":\"%s\",\"target_met\":%s}\n",
+            "\"target\":\"%s\",\"target_met\":%s,\"consumer\":%s}\n",
             name, p99, p50, raw99, target ? "p99 <= 10 ms" : "-",
-            target ? (p99 <= 10 ? "true" : "false") : "null");
+            target ? (p99 <= 10 ? "true" : "false") : "null", cfg->consumer ? "true" : "false");
     free(lat);
     acemq_relay_free(t.r);
     acemq_broker_close(b);
@@ -651,11 +681,14 @@ static void throughput_case(const config *cfg, FILE *out, const char *name, int 
     for (int rep = 0; rep < cfg->reps; rep++) {
         for (int turn = 0; turn < 2; turn++) {
             fresh_queue(cfg);
+            bench_consumer *consumer = start_consumer(cfg);
             if ((turn + rep) % 2 == 0) {
                 refill(pg, db, conn, cfg->records);
                 a[rep] = run_relay(cfg, url, cfg->records);
+                finish_consumer(consumer, cfg->records, "the relay");
             } else {
                 p[rep] = raw_publish(cfg->amqp_url, cfg->records, cfg->window);
+                finish_consumer(consumer, cfg->records, "the raw publisher");
             }
         }
     }
@@ -665,8 +698,10 @@ static void throughput_case(const config *cfg, FILE *out, const char *name, int 
     fprintf(out,
             "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%.0f,\"unit\":\"records/s\","
             "\"peer\":\"raw rabbitmq-c publisher with confirms, window %d\",\"peer_value\":%.0f,"
-            "\"ratio\":%.4f,\"target\":\">= 0.9\",\"target_met\":%s,\"batch\":%d}\n",
-            name, v, cfg->window, pv, ratio, ratio >= 0.9 ? "true" : "false", cfg->batch);
+            "\"ratio\":%.4f,\"target\":\">= 0.9\",\"target_met\":%s,\"batch\":%d,"
+            "\"consumer\":%s}\n",
+            name, v, cfg->window, pv, ratio, ratio >= 0.9 ? "true" : "false", cfg->batch,
+            cfg->consumer ? "true" : "false");
     fflush(out);
 }
 
@@ -759,6 +794,8 @@ int main(int argc, char **argv)
             cfg.delete_published = 1;
         else if (strcmp(argv[i], "--writer-busy-wait") == 0)
             cfg.writer_busy_wait = 1;
+        else if (strcmp(argv[i], "--consumer") == 0)
+            cfg.consumer = 1;
         else if (strcmp(argv[i], "--broker-cpu") == 0 && i + 1 < argc) {
             char *end = NULL;
             long v = strtol(argv[++i], &end, 10);
@@ -775,7 +812,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
                             " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
                             " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N]"
-                            " [--delete-published] [--writer-busy-wait] [--quick]\n");
+                            " [--delete-published] [--writer-busy-wait] [--consumer]"
+                            " [--quick]\n");
             return 2;
         }
     }
@@ -795,8 +833,9 @@ int main(int argc, char **argv)
     if (!out) die("opening %s", cfg.out_path);
     static const char *const sync_names[] = {"off", "normal", "full"};
     printf("relay: outbox -> RabbitMQ (persistent, confirms), %ld records of %d bytes, batch %d,"
-           " window %d, relay synchronous=%s, median of %d\n",
-           cfg.records, BODY_LEN, cfg.batch, cfg.window, sync_names[cfg.synchronous], cfg.reps);
+           " window %d, relay synchronous=%s, median of %d; %s\n",
+           cfg.records, BODY_LEN, cfg.batch, cfg.window, sync_names[cfg.synchronous], cfg.reps,
+           cfg.consumer ? "a consumer empties the queue" : "no consumer, the queue keeps all");
     printf("%-42s %10s  %-28s %10s %7s  %-7s %s\n", "case", "records/s", "peer", "records/s",
            "ratio", "target", "met");
     if (cfg.broker_cpu >= 0) {
