@@ -9,7 +9,8 @@
  *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
  *               [--batch N] [--window N] [--latency-inline] [--filter TEXT]
  *               [--queue classic-v2|classic-v2-lazy|classic-v1|quorum] [--broker-cpu N]
- *               [--delete-published] [--writer-busy-wait] [--consumer] [--quick]
+ *               [--delete-published] [--writer-busy-wait] [--consumer] [--parallel-db]
+ *               [--quick]
  *
  * --filter runs only the cases whose name contains TEXT. --queue is the kind
  * of the durable queue every case publishes to, relay and peers alike:
@@ -33,6 +34,10 @@
  * The latency case runs the relay as `acemq relay` does (claimer and marker
  * threads on handles of their own); --latency-inline runs it on one handle,
  * claim, publish and mark in turn, as before.
+ *
+ * --parallel-db lets the relay's claims and marks run at once, as
+ * acemq relay --parallel-db does, instead of taking turns; its cases' names
+ * end in /parallel-db.
  *
  * Without --consumer every message of a turn stays in the queue. With it, a
  * consumer takes them as they come in every turn of every case, relay and
@@ -80,6 +85,7 @@ typedef struct config {
     int synchronous;      /* the relay's handles; acemq relay's default, FULL */
     int delete_published; /* the relay deletes what it publishes (--delete-published) */
     int consumer;         /* a consumer empties the queue during every turn (--consumer) */
+    int parallel_db;      /* the relay's claims and marks may overlap (--parallel-db) */
     char dir[256];
 } config;
 
@@ -368,6 +374,7 @@ static double run_relay(const config *cfg, const char *outbox_url, long n)
     ro.mark_outbox = mark_ob;
     ro.claim_outbox = claim_ob;
     ro.gauge_outbox = gauge_ob;
+    ro.parallel_db = cfg->parallel_db;
     relay_thread t = {.stop = 0};
     if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new failed");
     double t0 = mono_now();
@@ -435,6 +442,7 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     /* PostgreSQL wakes on NOTIFY: the poll is only a fallback. SQLite polls
      * data_version every 5 ms inside the wait. */
     ro.poll_ms = pg ? 1000 : 5;
+    ro.parallel_db = cfg->parallel_db;
     relay_thread t = {.stop = 0};
     if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new failed");
     pthread_t th;
@@ -709,9 +717,9 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
 {
     /* The cases' names, as printed, written to the JSON lines and matched
      * by --filter. */
-    char suffix[48];
-    snprintf(suffix, sizeof suffix, "%s%s", cfg->delete_published ? "/delete-published" : "",
-             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "");
+    char suffix[48]; /* the three suffixes together: 44 */
+    snprintf(suffix, sizeof suffix, "%s%s%s", cfg->delete_published ? "/delete-published" : "",
+             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "", cfg->parallel_db ? "/parallel-db" : "");
     char throughput_name[80], latency_name[80];
     snprintf(throughput_name, sizeof throughput_name, "throughput/%s%s", pg ? "postgres" : "sqlite",
              suffix);
@@ -796,6 +804,8 @@ int main(int argc, char **argv)
             cfg.writer_busy_wait = 1;
         else if (strcmp(argv[i], "--consumer") == 0)
             cfg.consumer = 1;
+        else if (strcmp(argv[i], "--parallel-db") == 0)
+            cfg.parallel_db = 1;
         else if (strcmp(argv[i], "--broker-cpu") == 0 && i + 1 < argc) {
             char *end = NULL;
             long v = strtol(argv[++i], &end, 10);
@@ -809,11 +819,12 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--quick") == 0)
             cfg.quick = 1, cfg.reps = 1, cfg.records = 5000;
         else {
-            fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
-                            " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
-                            " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N]"
-                            " [--delete-published] [--writer-busy-wait] [--consumer]"
-                            " [--quick]\n");
+            fprintf(stderr,
+                    "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
+                    " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
+                    " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N]"
+                    " [--delete-published] [--writer-busy-wait] [--consumer] [--parallel-db]"
+                    " [--quick]\n");
             return 2;
         }
     }

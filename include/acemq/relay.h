@@ -45,6 +45,12 @@ typedef struct acemq_relay_options {
      * record (0.65 s for 2,000,000 on SQLite), so after each the next waits
      * twenty times as long, and at least a second. */
     acemq_outbox *gauge_outbox;
+    /* 0 (default): a claim and a mark take turns, whichever handles and
+     * threads they run on, which leaves more CPU to a broker on the same
+     * machine. 1: they may run at once, for a database with CPUs of its own
+     * and a broker that confirms faster than the turns keep up with (tens
+     * of thousands of messages a second). */
+    int parallel_db;
 } acemq_relay_options;
 
 ACEMQ_EXTERN void acemq_relay_options_init(acemq_relay_options *o);

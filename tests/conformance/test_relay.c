@@ -17,11 +17,14 @@
 #include <cmocka.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "acemq/relay.h"
 #include "broker/memory_broker.h"
 #include "conformance/outbox_fixture.h"
+#include "core/mono_time.h"
+#include "outbox/outbox_backend.h"
 
 static int use_pg;
 static int broker_seq;
@@ -282,20 +285,85 @@ typedef struct pipe_run {
     pthread_t t;
 } pipe_run;
 
-static void pipe_start_counting_on(world *w, pipe_run *p, size_t batch, int claimer,
-                                   acemq_outbox *gauge_ob)
+/* The relay's claims and marks, seen through their backend's methods,
+ * wrapped on every handle the relay uses: how many run at once. The first
+ * mark waits, up to half a second, for a claim to start beside it, which
+ * one that may run then does: the main thread goes on while the marker
+ * marks, and asks the claimer for the batch after next. */
+static const acemq__outbox_methods *real_methods;
+static acemq__outbox_methods watched_methods;
+static atomic_int db_inside, db_most_inside, db_claims_started, db_first_mark_seen;
+
+static void db_enter(void)
+{
+    int now = atomic_fetch_add(&db_inside, 1) + 1;
+    int most = atomic_load(&db_most_inside);
+    while (now > most && !atomic_compare_exchange_weak(&db_most_inside, &most, now)) {
+    }
+}
+
+static int watched_claim(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now_ms)
+{
+    db_enter();
+    atomic_fetch_add(&db_claims_started, 1);
+    int rc = real_methods->claim_batch(h, max, lease_ms, now_ms);
+    atomic_fetch_sub(&db_inside, 1);
+    return rc;
+}
+
+static int watched_mark(acemq_outbox *h, const acemq_outbox_mark *marks, size_t n, int *status,
+                        int64_t now_ms)
+{
+    db_enter();
+    if (!atomic_exchange(&db_first_mark_seen, 1)) {
+        int claims = atomic_load(&db_claims_started);
+        for (int i = 0; i < 500 && atomic_load(&db_claims_started) == claims; i++)
+            acemq__sleep_ms(1);
+    }
+    int rc = real_methods->mark_published(h, marks, n, status, now_ms);
+    atomic_fetch_sub(&db_inside, 1);
+    return rc;
+}
+
+static void watch_db(acemq_outbox *h)
+{
+    if (!real_methods) {
+        real_methods = h->methods;
+        watched_methods = *h->methods;
+        watched_methods.claim_batch = watched_claim;
+        watched_methods.mark_published = watched_mark;
+    }
+    h->methods = &watched_methods;
+}
+
+/* How pipe_start_with runs the relay. */
+typedef struct pipe_spec {
+    size_t batch;
+    int claimer;            /* a claimer handle too */
+    acemq_outbox *gauge_ob; /* the caller's, or NULL */
+    int parallel_db;        /* acemq_relay_options.parallel_db */
+    int watch_db;           /* every handle's claims and marks counted (watch_db) */
+} pipe_spec;
+
+static void pipe_start_with(world *w, pipe_run *p, const pipe_spec *spec)
 {
     memset(p, 0, sizeof *p);
     p->mark_ob = outbox_fixture_open(&w->f);
-    if (claimer) p->claim_ob = outbox_fixture_open(&w->f);
-    p->gauge_ob = gauge_ob;
+    if (spec->claimer) p->claim_ob = outbox_fixture_open(&w->f);
+    p->gauge_ob = spec->gauge_ob;
+    if (spec->watch_db) {
+        watch_db(w->ob);
+        watch_db(p->mark_ob);
+        if (p->claim_ob) watch_db(p->claim_ob);
+    }
     acemq_relay_options o;
     acemq_relay_options_init(&o);
-    o.batch = batch;
+    o.batch = spec->batch;
     o.poll_ms = 5;
     o.mark_outbox = p->mark_ob;
     o.claim_outbox = p->claim_ob;
-    o.gauge_outbox = gauge_ob;
+    o.gauge_outbox = spec->gauge_ob;
+    o.parallel_db = spec->parallel_db;
     assert_int_equal(acemq_relay_new(&p->r, w->ob, w->b, &o), 0);
     p->x.r = p->r;
     assert_int_equal(pthread_create(&p->t, NULL, run_relay, &p->x), 0);
@@ -303,7 +371,7 @@ static void pipe_start_counting_on(world *w, pipe_run *p, size_t batch, int clai
 
 static void pipe_start(world *w, pipe_run *p, size_t batch, int claimer)
 {
-    pipe_start_counting_on(w, p, batch, claimer, NULL);
+    pipe_start_with(w, p, &(pipe_spec){.batch = batch, .claimer = claimer});
 }
 
 /* Waits (bounded, on progress, not on time) until the counters reach
@@ -550,7 +618,7 @@ static void gauges_are_counted_on_their_own_handle(void **state)
     acemq_outbox *gauge_ob = outbox_fixture_open(&other);
     add_n(w, 300, "orders", NULL);
     pipe_run p;
-    pipe_start_counting_on(w, &p, 7, 1, gauge_ob);
+    pipe_start_with(w, &p, &(pipe_spec){.batch = 7, .claimer = 1, .gauge_ob = gauge_ob});
     acemq_relay_stats s;
     for (int i = 0; i < 60000; i++) {
         acemq_relay_stats_get(p.r, &s);
@@ -568,6 +636,38 @@ static void gauges_are_counted_on_their_own_handle(void **state)
     pipe_free(&p);
     acemq_outbox_close(gauge_ob);
     outbox_fixture_free(&other);
+}
+
+/* Runs 300 records through run() with a claimer and a marker, every handle
+ * watched; returns the most claims and marks seen at once. */
+static int most_db_statements_at_once(world *w, int parallel_db)
+{
+    atomic_store(&db_inside, 0);
+    atomic_store(&db_most_inside, 0);
+    atomic_store(&db_claims_started, 0);
+    atomic_store(&db_first_mark_seen, 0);
+    add_n(w, 300, "orders", NULL);
+    pipe_run p;
+    pipe_start_with(
+        w, &p, &(pipe_spec){.batch = 7, .claimer = 1, .parallel_db = parallel_db, .watch_db = 1});
+    pipe_wait(&p, 300, 300);
+    pipe_stop(&p);
+    assert_int_equal(acemq__memory_broker_count(w->probe), 300);
+    w->ob->methods = real_methods; /* teardown closes it */
+    pipe_free(&p);
+    return atomic_load(&db_most_inside);
+}
+
+/* By default a claim never runs beside a mark: they take turns. */
+static void claims_and_marks_take_turns(void **state)
+{
+    assert_int_equal(most_db_statements_at_once(*state, 0), 1);
+}
+
+/* With parallel_db they may, and the first mark's wait sees it happen. */
+static void parallel_db_lets_a_claim_run_beside_a_mark(void **state)
+{
+    assert_int_equal(most_db_statements_at_once(*state, 1), 2);
 }
 
 int main(int argc, char **argv)
@@ -589,6 +689,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(stop_releases_what_was_claimed_ahead, setup, teardown),
         cmocka_unit_test_setup_teardown(run_counts_its_own_outbox, setup, teardown),
         cmocka_unit_test_setup_teardown(gauges_are_counted_on_their_own_handle, setup, teardown),
+        cmocka_unit_test_setup_teardown(claims_and_marks_take_turns, setup, teardown),
+        cmocka_unit_test_setup_teardown(parallel_db_lets_a_claim_run_beside_a_mark, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests_name(use_pg ? "relay (postgres outbox)" : "relay (sqlite outbox)",
                                        tests, NULL, NULL);
