@@ -108,13 +108,14 @@ check "retry of a record that is not dead: exit 1" test $? = 1
 check "purge removes what was published" sh -c "'$acemq' outbox purge --outbox '$url' --older-than 0 | grep -qx 'purged 50'"
 
 # --delete-published: what was confirmed is gone from the table, not kept.
+# With --parallel-db, so that the flag is taken (an unknown one exits 2).
 db2=$tmp/deleting.db
 "$acemq" outbox status --outbox "sqlite:$db2" >/dev/null # makes the schema
 sqlite3 "$db2" "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20)
   INSERT INTO acemq_outbox(id, destination, routing_key, body)
   SELECT printf('gone-%02d', i), 'orders', 'order.created', CAST('{}' AS BLOB) FROM g;"
 start_relay "$tmp/relay2.log" --outbox "sqlite:$db2" --broker memory:deleting --poll 0.05 \
-    --delete-published
+    --delete-published --parallel-db
 published=0
 for _ in $(seq 1 600); do
     if metrics 2>/dev/null; then
