@@ -53,7 +53,8 @@
  * an index ordered by a language's collation compares through it at every
  * step of every lookup and insert. A mark finds each row by id and adds an
  * entry to the id index (its new version is not HOT), so under a database
- * collation of en_US.UTF-8 a mark cost a fifth more than under "C"
+ * collation of en_US.UTF-8 a mark cost an eighth more than with these
+ * columns in "C", and a quarter more with the index below as well
  * (docs/performance.md, "Seventeenth round").
  *
  * No index on published_at: the PostgreSQL purge walks seq ranges

@@ -924,7 +924,7 @@ static void claims_stay_on_their_page(void **state)
 /* PostgreSQL only. A mark's new version is not HOT, so it pays for an entry
  * in every index that holds the row, and for the comparisons on the way in.
  * id and ordering_key are COLLATE "C" whatever the database's collation
- * (under en_US.UTF-8 a mark cost a fifth more), and there is no index on
+ * (under en_US.UTF-8 a mark cost an eighth more), and there is no index on
  * published_at, which none of acemq's PostgreSQL queries reads. A mark's
  * lookup by plain text values still goes through the id index. */
 static void marks_pay_for_no_index_they_do_not_need(void **state)
