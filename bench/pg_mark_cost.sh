@@ -6,12 +6,13 @@
 #   now:    id and ordering_key COLLATE "C", no index on published_at.
 #
 #   scripts/services.sh start postgres && eval "$(scripts/services.sh env postgres)"
-#   bench/pg_mark_cost.sh [ROUNDS]          # default 3
+#   bench/pg_mark_cost.sh [ROUNDS]          # default 3; ACEMQ=path/to/acemq
 #
 # For each collation below that the server accepts (C, C.UTF-8, ICU en-US,
 # and en_US.UTF-8 where that locale is installed) it makes a database
-# acemq_mark_<name>, fills one table of each shape with 20,000 rows of
-# 200-byte bodies, and claims and marks them in batches of 500, one
+# acemq_mark_<name> with the outbox table acemq makes (`acemq outbox
+# status`, so build it first) in two schemas, puts one back as it was
+# before, fills each with 20,000 rows of 200-byte bodies, and claims and marks them in batches of 500, one
 # procedure taking the two tables' batches in turn (so both meet the same
 # state of the machine), each claim and each mark its own transaction. It
 # prints the median over the rounds of each shape's claim and mark time per
@@ -23,36 +24,41 @@ rounds=${1:-3}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [ROUNDS]" >&2; exit 2; }
 base=${ACEMQ_PG_URL:?set ACEMQ_PG_URL (scripts/services.sh env postgres)}
 server=${base%/*}
+acemq=${ACEMQ:-build-release/acemq}
+[ -x "$acemq" ] || { echo "$0: no $acemq; build it, or set ACEMQ to the acemq binary" >&2; exit 2; }
 export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
 
-# One table of the given shape, filled and vacuumed. $1 name, $2 collation
-# clause for the text keys, $3 yes: an index on published_at.
-table_sql() {
-    cat <<SQL
-DROP TABLE IF EXISTS $1;
-CREATE TABLE $1(
- seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
- id text $2 NOT NULL UNIQUE DEFAULT gen_random_uuid()::text,
- destination text NOT NULL, routing_key text NOT NULL DEFAULT '',
- ordering_key text $2, headers text, content_type text,
- body bytea NOT NULL DEFAULT ''::bytea,
- created_at bigint NOT NULL DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
- state smallint NOT NULL DEFAULT 0, attempts integer NOT NULL DEFAULT 0,
- token bigint NOT NULL DEFAULT 0, lease_until bigint,
- next_attempt_at bigint NOT NULL DEFAULT 0, last_error text, published_at bigint)
- WITH (fillfactor = 50);
-CREATE INDEX ${1}_due ON $1(seq) WHERE state = 0;
-CREATE INDEX ${1}_key ON $1(ordering_key, seq) WHERE state <> 1 AND ordering_key IS NOT NULL;
-CREATE INDEX ${1}_dead ON $1(seq) WHERE state = 2;
-SQL
-    if [ "$3" = yes ]; then
-        echo "CREATE INDEX ${1}_published ON $1(published_at) WHERE state = 1;"
+# Makes both tables with acemq (opening the outbox creates it), each in a
+# schema of its own, so that "now" is always what acemq makes; then prints
+# the SQL that puts "before" back as it was and fills both. $1 database URL.
+make_tables() {
+    for shape in shape_now shape_before; do
+        psql -q -X -v ON_ERROR_STOP=1 "$1" -c "CREATE SCHEMA $shape" >/dev/null
+        "$acemq" outbox status --outbox "$1?options=-csearch_path%3D$shape" >/dev/null
+    done
+    # An acemq built before the change makes the old table: both shapes
+    # would then be "before".
+    local collation
+    collation=$(psql -q -X -t -A "$1" -c "SELECT c.collname FROM pg_attribute a
+        JOIN pg_collation c ON c.oid = a.attcollation
+        WHERE a.attrelid = 'shape_now.acemq_outbox'::regclass AND a.attname = 'id'")
+    if [ "$collation" != C ]; then
+        echo "$0: $acemq made an outbox whose id is not COLLATE \"C\"; rebuild it from this tree" >&2
+        exit 1
     fi
-    cat <<SQL
-INSERT INTO $1(destination, body)
- SELECT 'q', convert_to(repeat('x', 200), 'UTF8') FROM generate_series(1, 20000);
-VACUUM ANALYZE $1;
+    cat <<'SQL'
+ALTER TABLE shape_before.acemq_outbox
+ ALTER COLUMN id TYPE text COLLATE "default",
+ ALTER COLUMN ordering_key TYPE text COLLATE "default";
+CREATE INDEX ON shape_before.acemq_outbox(published_at) WHERE state = 1;
 SQL
+    for shape in shape_now shape_before; do
+        cat <<SQL
+INSERT INTO $shape.acemq_outbox(destination, body)
+ SELECT 'q', convert_to(repeat('x', 200), 'UTF8') FROM generate_series(1, 20000);
+VACUUM ANALYZE $shape.acemq_outbox;
+SQL
+    done
 }
 
 # The relay's claim and mark (src/store/pg_outbox.c, Q_CLAIM and
@@ -66,17 +72,17 @@ LANGUAGE plpgsql AS $$
 DECLARE ids text[]; tokens bigint[]; t0 timestamptz; n int;
 BEGIN
   t0 := clock_timestamp();
-  EXECUTE format('WITH c AS (UPDATE %1$I o SET token = o.token + 1, lease_until = 30001'
-    ' WHERE o.seq IN (SELECT d.seq FROM %1$I d WHERE d.state = 0 AND d.next_attempt_at <= 1'
+  EXECUTE format('WITH c AS (UPDATE %1$s o SET token = o.token + 1, lease_until = 30001'
+    ' WHERE o.seq IN (SELECT d.seq FROM %1$s d WHERE d.state = 0 AND d.next_attempt_at <= 1'
     ' AND (d.lease_until IS NULL OR d.lease_until <= 1) AND (d.ordering_key IS NULL OR NOT EXISTS ('
-    ' SELECT 1 FROM %1$I p WHERE p.ordering_key = d.ordering_key AND p.state <> 1 AND p.seq < d.seq))'
+    ' SELECT 1 FROM %1$s p WHERE p.ordering_key = d.ordering_key AND p.state <> 1 AND p.seq < d.seq))'
     ' ORDER BY d.seq LIMIT 500 FOR UPDATE OF d SKIP LOCKED)'
     ' RETURNING o.seq, o.id, o.destination, o.body, o.token)'
     ' SELECT array_agg(c.id), array_agg(c.token) FROM c', tbl) INTO ids, tokens;
   COMMIT;
   claim_s := claim_s + extract(epoch FROM clock_timestamp() - t0);
   t0 := clock_timestamp();
-  EXECUTE format('UPDATE %1$I o SET state = 1, published_at = 2, lease_until = NULL'
+  EXECUTE format('UPDATE %1$s o SET state = 1, published_at = 2, lease_until = NULL'
     ' WHERE (o.id, o.token) IN (SELECT m.id, m.token FROM unnest($1, $2) AS m(id, token))'
     ' AND o.state = 0 AND o.lease_until IS NOT NULL', tbl) USING ids, tokens;
   GET DIAGNOSTICS n = ROW_COUNT;
@@ -89,8 +95,8 @@ CREATE OR REPLACE PROCEDURE both_shapes(INOUT bc float8 DEFAULT 0, INOUT bm floa
 LANGUAGE plpgsql AS $$
 BEGIN
   FOR i IN 1..40 LOOP
-    IF i % 2 = 0 THEN CALL batch('shape_before', bc, bm); CALL batch('shape_now', nc, nm);
-    ELSE CALL batch('shape_now', nc, nm); CALL batch('shape_before', bc, bm); END IF;
+    IF i % 2 = 0 THEN CALL batch('shape_before.acemq_outbox', bc, bm); CALL batch('shape_now.acemq_outbox', nc, nm);
+    ELSE CALL batch('shape_now.acemq_outbox', nc, nm); CALL batch('shape_before.acemq_outbox', bc, bm); END IF;
   END LOOP;
 END $$;
 CALL both_shapes();
@@ -118,9 +124,9 @@ for entry in "${collations[@]}"; do
     fi
     results=()
     for _ in $(seq "$rounds"); do
+        psql -q -X "$server/$db" -c "DROP SCHEMA IF EXISTS shape_now, shape_before CASCADE" >/dev/null
         out=$({
-            table_sql shape_before "" yes
-            table_sql shape_now 'COLLATE "C"' no
+            make_tables "$server/$db"
             run_sql
         } | psql -q -X -t -A -v ON_ERROR_STOP=1 "$server/$db" | tail -n 1)
         results+=("$out")
