@@ -27,6 +27,8 @@ server=${base%/*}
 acemq=${ACEMQ:-build-release/acemq}
 [ -x "$acemq" ] || { echo "$0: no $acemq; build it, or set ACEMQ to the acemq binary" >&2; exit 2; }
 export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
+# shellcheck source=bench/pg_cost_rounds.sh
+. "$(dirname "$0")/pg_cost_rounds.sh"
 
 # Makes both tables with acemq (opening the outbox creates it), each in a
 # schema of its own, so that "now" is always what acemq makes; then prints
@@ -122,15 +124,7 @@ for entry in "${collations[@]}"; do
         printf '%-12s (the server has no such locale; skipped)\n' "$name"
         continue
     fi
-    results=()
-    for _ in $(seq "$rounds"); do
-        psql -q -X "$server/$db" -c "DROP SCHEMA IF EXISTS shape_now, shape_before CASCADE" >/dev/null
-        out=$({
-            make_tables "$server/$db"
-            run_sql
-        } | psql -q -X -t -A -v ON_ERROR_STOP=1 "$server/$db" | tail -n 1)
-        results+=("$out")
-    done
+    run_rounds "$server/$db" "$rounds" "shape_now, shape_before"
     psql -q -X "$base" -c "DROP DATABASE $db" >/dev/null
     printf '%s\n' "${results[@]}" | python3 -c '
 import statistics, sys

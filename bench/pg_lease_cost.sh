@@ -1,0 +1,136 @@
+#!/bin/bash
+# pg_lease_cost.sh — what PostgreSQL would save per row if the relay's lease
+# were held differently. Three ways to claim and mark a batch of 500:
+#   row:       what acemq does (src/store/pg_outbox.c, Q_CLAIM then
+#              Q_PUBLISH): the claim locks the rows and writes each one's
+#              lease and token (a HOT update), and commits; the mark finds
+#              each row by (id, token) and commits;
+#   row/seq:   the same claim; the mark finds each row by (seq, token), as
+#              it could if the mark carried the row's seq (an API change);
+#   tx:        no lease written: the claim only locks the rows (FOR UPDATE
+#              SKIP LOCKED) and the mark, by seq, runs in the same
+#              transaction, so the lease is the transaction itself (a
+#              redesign: one connection per batch in flight, and a lease
+#              that ends with the session, not at a time).
+#
+#   scripts/services.sh start postgres && eval "$(scripts/services.sh env postgres)"
+#   bench/pg_lease_cost.sh [ROUNDS]          # default 3; ACEMQ=path/to/acemq
+#
+# It makes a database acemq_lease_cost; each round has acemq make its
+# outbox table there (`acemq outbox status`, so build it first) in three
+# schemas, fills each with 20,000 rows of 200-byte bodies, and has one
+# procedure take the three tables' batches in turn (so all meet the same
+# state of the machine). It
+# prints the median over the rounds of each way's claim, mark and total
+# server time per row, and each total against row's. The database is
+# dropped at the end. docs/performance.md, "An Intel machine", has figures.
+set -euo pipefail
+
+rounds=${1:-3}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [ROUNDS]" >&2; exit 2; }
+base=${ACEMQ_PG_URL:?set ACEMQ_PG_URL (scripts/services.sh env postgres)}
+server=${base%/*}
+db=acemq_lease_cost
+acemq=${ACEMQ:-build-release/acemq}
+[ -x "$acemq" ] || { echo "$0: no $acemq; build it, or set ACEMQ to the acemq binary" >&2; exit 2; }
+export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
+# shellcheck source=bench/pg_cost_rounds.sh
+. "$(dirname "$0")/pg_cost_rounds.sh"
+
+ways=(row row_seq tx)
+
+# acemq makes each table (opening the outbox creates it), so that all three
+# are what acemq makes now; then prints the SQL that fills them.
+make_tables() {
+    for way in "${ways[@]}"; do
+        psql -q -X -v ON_ERROR_STOP=1 "$1" -c "CREATE SCHEMA lease_$way" >/dev/null
+        "$acemq" outbox status --outbox "$1?options=-csearch_path%3Dlease_$way" >/dev/null
+        cat <<SQL
+INSERT INTO lease_$way.acemq_outbox(destination, body)
+ SELECT 'q', convert_to(repeat('x', 200), 'UTF8') FROM generate_series(1, 20000);
+VACUUM ANALYZE lease_$way.acemq_outbox;
+SQL
+    done
+}
+
+# The claim both row ways share: Q_CLAIM with a fixed clock (1) and lease.
+# $1 is the table, filled in by format().
+claim_row="'WITH c AS (UPDATE %1\$s o SET token = o.token + 1, lease_until = 30001'
+    ' WHERE o.seq IN (SELECT d.seq FROM %1\$s d WHERE d.state = 0 AND d.next_attempt_at <= 1'
+    ' AND (d.lease_until IS NULL OR d.lease_until <= 1) AND (d.ordering_key IS NULL OR NOT EXISTS ('
+    ' SELECT 1 FROM %1\$s p WHERE p.ordering_key = d.ordering_key AND p.state <> 1 AND p.seq < d.seq))'
+    ' ORDER BY d.seq LIMIT 500 FOR UPDATE OF d SKIP LOCKED)'
+    ' RETURNING o.seq, o.id, o.destination, o.routing_key, o.ordering_key, o.headers,'
+    ' o.content_type, o.body, o.created_at, o.attempts, o.token, o.last_error)'
+    ' SELECT array_agg(c.seq), array_agg(c.id), array_agg(c.token) FROM c'"
+
+run_sql() {
+    cat <<SQL
+CHECKPOINT;
+CREATE OR REPLACE PROCEDURE batch(way text, INOUT claim_s float8, INOUT mark_s float8)
+LANGUAGE plpgsql AS \$\$
+DECLARE seqs bigint[]; ids text[]; tokens bigint[]; t0 timestamptz; t1 timestamptz; n int;
+  tbl text := format('lease_%s.acemq_outbox', way);
+BEGIN
+  t0 := clock_timestamp();
+  IF way = 'tx' THEN
+    EXECUTE format('WITH c AS (SELECT d.seq, d.id, d.destination, d.routing_key, d.ordering_key,'
+      ' d.headers, d.content_type, d.body, d.created_at, d.attempts, d.token, d.last_error'
+      ' FROM %1\$s d WHERE d.state = 0 AND d.next_attempt_at <= 1'
+      ' AND (d.ordering_key IS NULL OR NOT EXISTS ('
+      ' SELECT 1 FROM %1\$s p WHERE p.ordering_key = d.ordering_key AND p.state <> 1 AND p.seq < d.seq))'
+      ' ORDER BY d.seq LIMIT 500 FOR UPDATE OF d SKIP LOCKED)'
+      ' SELECT array_agg(c.seq) FROM c', tbl) INTO seqs;
+    t1 := clock_timestamp();
+    EXECUTE format('UPDATE %1\$s o SET state = 1, published_at = 2'
+      ' WHERE o.seq = ANY(\$1) AND o.state = 0', tbl) USING seqs;
+  ELSE
+    EXECUTE format($claim_row, tbl) INTO seqs, ids, tokens;
+    COMMIT;
+    t1 := clock_timestamp();
+    IF way = 'row' THEN
+      EXECUTE format('UPDATE %1\$s o SET state = 1, published_at = 2, lease_until = NULL'
+        ' WHERE (o.id, o.token) IN (SELECT m.id, m.token FROM unnest(\$1, \$2) AS m(id, token))'
+        ' AND o.state = 0 AND o.lease_until IS NOT NULL', tbl) USING ids, tokens;
+    ELSE
+      EXECUTE format('UPDATE %1\$s o SET state = 1, published_at = 2, lease_until = NULL'
+        ' WHERE (o.seq, o.token) IN (SELECT m.seq, m.token FROM unnest(\$1, \$2) AS m(seq, token))'
+        ' AND o.state = 0 AND o.lease_until IS NOT NULL', tbl) USING seqs, tokens;
+    END IF;
+  END IF;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  IF n <> 500 THEN RAISE EXCEPTION '%: marked % rows of 500', way, n; END IF;
+  COMMIT;
+  claim_s := claim_s + extract(epoch FROM t1 - t0);
+  mark_s := mark_s + extract(epoch FROM clock_timestamp() - t1);
+END \$\$;
+CREATE OR REPLACE PROCEDURE all_ways(INOUT rc float8 DEFAULT 0, INOUT rm float8 DEFAULT 0,
+                                     INOUT sc float8 DEFAULT 0, INOUT sm float8 DEFAULT 0,
+                                     INOUT tc float8 DEFAULT 0, INOUT tm float8 DEFAULT 0)
+LANGUAGE plpgsql AS \$\$
+BEGIN
+  -- The order rotates, so that no way always follows the same one.
+  FOR i IN 1..40 LOOP
+    IF i % 3 = 0 THEN CALL batch('row', rc, rm); CALL batch('row_seq', sc, sm); CALL batch('tx', tc, tm);
+    ELSIF i % 3 = 1 THEN CALL batch('row_seq', sc, sm); CALL batch('tx', tc, tm); CALL batch('row', rc, rm);
+    ELSE CALL batch('tx', tc, tm); CALL batch('row', rc, rm); CALL batch('row_seq', sc, sm); END IF;
+  END LOOP;
+END \$\$;
+CALL all_ways();
+SQL
+}
+
+psql -q -X "$base" -c "DROP DATABASE IF EXISTS $db" >/dev/null
+psql -q -X -v ON_ERROR_STOP=1 "$base" -c "CREATE DATABASE $db" >/dev/null
+run_rounds "$server/$db" "$rounds" "lease_row, lease_row_seq, lease_tx"
+psql -q -X "$base" -c "DROP DATABASE $db" >/dev/null
+printf '%s\n' "${results[@]}" | python3 -c '
+import statistics, sys
+rows = [list(map(float, l.split("|"))) for l in sys.stdin if l.strip()]
+us = [statistics.median(r[i] for r in rows) / 20000 * 1e6 for i in range(6)]
+print("%-8s %10s %10s %10s %10s" % ("way", "claim", "mark", "total", "vs row"))
+for k, name in enumerate(["row", "row/seq", "tx"]):
+    c, m = us[2 * k], us[2 * k + 1]
+    print("%-8s %7.2f us %7.2f us %7.2f us %10.2f" % (name, c, m, c + m, (c + m) / (us[0] + us[1])))
+print("(server time per row, median of %d rounds of 40 batches of 500 each way)" % len(rows))
+'
