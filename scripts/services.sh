@@ -49,6 +49,19 @@ live_pid() {
     printf '%s\n' "$pid"
 }
 
+# Waits up to WAIT_TENTHS tenths of a second for pid to exit after it was
+# asked to; then kills it. $1 service name, $2 pid, $3 what it was asked.
+wait_gone_or_kill() {
+    local i
+    for ((i = 0; i < WAIT_TENTHS; i++)); do
+        kill -0 "$2" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -0 "$2" 2>/dev/null || return 0
+    say "$1: pid $2 ignored $3; sending SIGKILL"
+    kill -9 "$2" 2>/dev/null || true
+}
+
 # The status line every service prints; 0 when the check answers.
 report_status() {
     local name=$1 port=$2
@@ -113,15 +126,7 @@ svc_redis_stop() {
     if pid=$(live_pid "$REDIS_DIR/redis.pid"); then
         say "redis: stopping pid $pid on 127.0.0.1:$REDIS_PORT"
         redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
-        local i
-        for ((i = 0; i < WAIT_TENTHS; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            say "redis: pid $pid ignored shutdown; sending SIGKILL"
-            kill -9 "$pid" 2>/dev/null || true
-        fi
+        wait_gone_or_kill redis "$pid" shutdown
     elif redis_ping; then
         # Something answers on our port but it is not ours (no pidfile):
         # leave it alone rather than shut down somebody else's server.
@@ -319,17 +324,7 @@ svc_rabbitmq_stop() {
         # system-wide one on 5672.
         as_rmq "$RMQ_BIN/rabbitmqctl" -q stop >/dev/null 2>&1 ||
             say "rabbitmq: rabbitmqctl stop failed"
-        if [ -n "$pid" ]; then
-            local i
-            for ((i = 0; i < WAIT_TENTHS; i++)); do
-                kill -0 "$pid" 2>/dev/null || break
-                sleep 0.1
-            done
-            if kill -0 "$pid" 2>/dev/null; then
-                say "rabbitmq: pid $pid ignored stop; sending SIGKILL"
-                kill -9 "$pid" 2>/dev/null || true
-            fi
-        fi
+        [ -z "$pid" ] || wait_gone_or_kill rabbitmq "$pid" stop
     elif (exec 3<>"/dev/tcp/127.0.0.1/$AMQP_PORT") 2>/dev/null; then
         # Something answers on our port but it is not our node: leave it
         # alone rather than stop somebody else's server.
