@@ -47,7 +47,7 @@ export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
 
 ways=(row row_seq tx batch)
 
-# acemq makes each table (opening the outbox creates it), so that all three
+# acemq makes each table (opening the outbox creates it), so that all four
 # are what acemq makes now; then prints the SQL that adds a table of leases
 # beside each (batch's) and fills them.
 make_tables() {
