@@ -87,7 +87,7 @@ remove_data() {
 REDIS_DIR="$SERVICES_DIR/redis"
 
 redis_ping() {
-    [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]
+    [ "$(timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]
 }
 
 svc_redis_start() {
@@ -125,7 +125,9 @@ svc_redis_stop() {
     local pid
     if pid=$(live_pid "$REDIS_DIR/redis.pid"); then
         say "redis: stopping pid $pid on 127.0.0.1:$REDIS_PORT"
-        redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+        # redis-cli waits for an answer with no limit of its own: a server
+        # that hangs would hang the stop (and CI) with it.
+        timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
         wait_gone_or_kill redis "$pid" shutdown
     elif redis_ping; then
         # Something answers on our port but it is not ours (no pidfile):
@@ -322,7 +324,7 @@ svc_rabbitmq_stop() {
         say "rabbitmq: stopping $RMQ_NODE${pid:+ (pid $pid)} on 127.0.0.1:$AMQP_PORT"
         # By node name and cookie: only our node hears this, never a
         # system-wide one on 5672.
-        as_rmq "$RMQ_BIN/rabbitmqctl" -q stop >/dev/null 2>&1 ||
+        as_rmq timeout "$((WAIT_TENTHS * 6 / 10))" "$RMQ_BIN/rabbitmqctl" -q stop >/dev/null 2>&1 ||
             say "rabbitmq: rabbitmqctl stop failed"
         [ -z "$pid" ] || wait_gone_or_kill rabbitmq "$pid" stop
     elif (exec 3<>"/dev/tcp/127.0.0.1/$AMQP_PORT") 2>/dev/null; then
