@@ -78,6 +78,14 @@ claim_row="'WITH c AS (UPDATE %1\$s o SET token = o.token + 1, lease_until = 300
     ' o.content_type, o.body, o.created_at, o.attempts, o.token, o.last_error)'
     ' SELECT array_agg(c.seq), array_agg(c.id), array_agg(c.token) FROM c'"
 
+# The pick of due rows oldest first, as Q_CLAIM makes it, without the lease
+# test; tx and batch add theirs and close the CTE c. $1 is the table.
+due_rows="'WITH c AS (SELECT d.seq, d.id, d.destination, d.routing_key, d.ordering_key,'
+      ' d.headers, d.content_type, d.body, d.created_at, d.attempts, d.token, d.last_error'
+      ' FROM %1\$s d WHERE d.state = 0 AND d.next_attempt_at <= 1'
+      ' AND (d.ordering_key IS NULL OR NOT EXISTS ('
+      ' SELECT 1 FROM %1\$s p WHERE p.ordering_key = d.ordering_key AND p.state <> 1 AND p.seq < d.seq))'"
+
 run_sql() {
     cat <<SQL
 CHECKPOINT;
@@ -89,11 +97,7 @@ BEGIN
   t0 := clock_timestamp();
   IF way = 'batch' THEN
     PERFORM pg_advisory_xact_lock(7263540913);
-    EXECUTE format('WITH c AS (SELECT d.seq, d.id, d.destination, d.routing_key, d.ordering_key,'
-      ' d.headers, d.content_type, d.body, d.created_at, d.attempts, d.token, d.last_error'
-      ' FROM %1\$s d WHERE d.state = 0 AND d.next_attempt_at <= 1'
-      ' AND (d.ordering_key IS NULL OR NOT EXISTS ('
-      ' SELECT 1 FROM %1\$s p WHERE p.ordering_key = d.ordering_key AND p.state <> 1 AND p.seq < d.seq))'
+    EXECUTE format($due_rows
       ' AND NOT EXISTS (SELECT 1 FROM %1\$s_lease l WHERE l.lease_until > 1'
       ' AND d.seq BETWEEN l.lo AND l.hi AND d.seq = ANY(l.seqs))'
       ' ORDER BY d.seq LIMIT 500),'
@@ -108,11 +112,7 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     EXECUTE format('DELETE FROM %1\$s_lease WHERE token = \$1', tbl) USING token;
   ELSIF way = 'tx' THEN
-    EXECUTE format('WITH c AS (SELECT d.seq, d.id, d.destination, d.routing_key, d.ordering_key,'
-      ' d.headers, d.content_type, d.body, d.created_at, d.attempts, d.token, d.last_error'
-      ' FROM %1\$s d WHERE d.state = 0 AND d.next_attempt_at <= 1'
-      ' AND (d.ordering_key IS NULL OR NOT EXISTS ('
-      ' SELECT 1 FROM %1\$s p WHERE p.ordering_key = d.ordering_key AND p.state <> 1 AND p.seq < d.seq))'
+    EXECUTE format($due_rows
       ' ORDER BY d.seq LIMIT 500 FOR UPDATE OF d SKIP LOCKED)'
       ' SELECT array_agg(c.seq) FROM c', tbl) INTO seqs;
     t1 := clock_timestamp();
@@ -138,19 +138,24 @@ BEGIN
   claim_s := claim_s + extract(epoch FROM t1 - t0);
   mark_s := mark_s + extract(epoch FROM clock_timestamp() - t1);
 END \$\$;
-CREATE OR REPLACE PROCEDURE all_ways(INOUT rc float8 DEFAULT 0, INOUT rm float8 DEFAULT 0,
-                                     INOUT sc float8 DEFAULT 0, INOUT sm float8 DEFAULT 0,
-                                     INOUT tc float8 DEFAULT 0, INOUT tm float8 DEFAULT 0,
-                                     INOUT bc float8 DEFAULT 0, INOUT bm float8 DEFAULT 0)
+-- Seconds of claim and of mark, by way in the order of ways[]; prints
+-- them as claim|mark pairs, way after way.
+CREATE OR REPLACE PROCEDURE all_ways(INOUT figures text DEFAULT '')
 LANGUAGE plpgsql AS \$\$
+DECLARE ways text[] := '{$(IFS=,; echo "${ways[*]}")}'; n int := ${#ways[@]};
+  claim_s float8[] := array_fill(0::float8, ARRAY[n]); mark_s float8[] := claim_s;
+  c float8; m float8; j int;
 BEGIN
   -- The order rotates, so that no way always follows the same one.
   FOR i IN 1..40 LOOP
-    IF i % 4 = 0 THEN CALL batch('row', rc, rm); CALL batch('row_seq', sc, sm); CALL batch('tx', tc, tm); CALL batch('batch', bc, bm);
-    ELSIF i % 4 = 1 THEN CALL batch('row_seq', sc, sm); CALL batch('tx', tc, tm); CALL batch('batch', bc, bm); CALL batch('row', rc, rm);
-    ELSIF i % 4 = 2 THEN CALL batch('tx', tc, tm); CALL batch('batch', bc, bm); CALL batch('row', rc, rm); CALL batch('row_seq', sc, sm);
-    ELSE CALL batch('batch', bc, bm); CALL batch('row', rc, rm); CALL batch('row_seq', sc, sm); CALL batch('tx', tc, tm); END IF;
+    FOR k IN 0..n - 1 LOOP
+      j := (i + k) % n + 1;
+      c := claim_s[j]; m := mark_s[j];
+      CALL batch(ways[j], c, m);
+      claim_s[j] := c; mark_s[j] := m;
+    END LOOP;
   END LOOP;
+  SELECT string_agg(claim_s[w] || '|' || mark_s[w], '|' ORDER BY w) INTO figures FROM generate_series(1, n) w;
 END \$\$;
 CALL all_ways();
 SQL
