@@ -221,19 +221,33 @@ static double raw_publish(const char *url, long n, int window)
     return (double)n / elapsed;
 }
 
+/* RabbitMQ alone at a relay's schedule: p50 and p99 in ms, two ways. */
+typedef struct raw_latency {
+    /* From each message's publish to its confirm: what one message waits.
+     * A stall delays the messages due meanwhile, which are published late,
+     * and this figure does not count that wait. */
+    double p50, p99;
+    /* From each message's due time (start + i / rate) to its confirm, as
+     * the relay's records are timed from their commit: the waits of the
+     * messages due during a stall are counted, as they are for the relay. */
+    double due_p50, due_p99;
+} raw_latency;
+
 /* The floor under any relay's latency: one persistent message published and
- * its confirm awaited, `n` times at `rate` per second; p50 and p99 in ms. */
-static void raw_confirm_latency(const char *url, long n, int rate, double *p50, double *p99)
+ * its confirm awaited, `n` times at `rate` per second. */
+static void raw_confirm_latency(const char *url, long n, int rate, raw_latency *out)
 {
     amqp_connection_state_t c = mq_connect(url);
     amqp_confirm_select(c, 1);
     if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("confirm.select failed");
     double *lat = malloc((size_t)n * sizeof *lat);
-    if (!lat) die("out of memory");
+    double *due_lat = malloc((size_t)n * sizeof *due_lat);
+    if (!lat || !due_lat) die("out of memory");
     static char body[BODY_LEN];
     double start = mono_now();
     for (long i = 0; i < n; i++) {
-        double wait = start + (double)i / rate - mono_now();
+        double due = start + (double)i / rate;
+        double wait = due - mono_now();
         if (wait > 0) {
             struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
             nanosleep(&ts, NULL);
@@ -253,11 +267,16 @@ static void raw_confirm_latency(const char *url, long n, int rate, double *p50, 
             if (f.frame_type == AMQP_FRAME_METHOD && f.payload.method.id == AMQP_BASIC_ACK_METHOD)
                 break;
         }
-        lat[i] = (mono_now() - t0) * 1000;
+        double confirmed = mono_now();
+        lat[i] = (confirmed - t0) * 1000;
+        due_lat[i] = (confirmed - due) * 1000;
     }
     mq_close(c);
-    *p50 = median(lat, (int)n); /* sorts lat */
-    *p99 = lat[(n * 99) / 100];
+    out->p50 = median(lat, (int)n); /* sorts lat */
+    out->p99 = lat[(n * 99) / 100];
+    out->due_p50 = median(due_lat, (int)n);
+    out->due_p99 = due_lat[(n * 99) / 100];
+    free(due_lat);
     free(lat);
 }
 
@@ -414,10 +433,10 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
 {
     long n = cfg->quick ? 1000 : 5000;
     const int rate = 1000;
-    double raw50 = 0, raw99 = 0;
+    raw_latency raw = {0};
     fresh_queue(cfg);
     bench_consumer *consumer = start_consumer(cfg);
-    raw_confirm_latency(cfg->amqp_url, n, rate, &raw50, &raw99);
+    raw_confirm_latency(cfg->amqp_url, n, rate, &raw);
     finish_consumer(consumer, n, "RabbitMQ alone");
     fresh_queue(cfg);
     consumer = start_consumer(cfg);
@@ -519,8 +538,9 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
            (double)n / wrote, p50, p99, lat[n - 1],
            target ? (p99 <= 10 ? "(target p99 <= 10 ms: yes)" : "(target p99 <= 10 ms: NO)") : "");
     printf("%-42s RabbitMQ alone, one persistent message then its confirm, same rate: p50 %.1f ms,"
+           " p99 %.1f ms; from each one's due time, as the relay's from commit: p50 %.1f ms,"
            " p99 %.1f ms\n",
-           "", raw50, raw99);
+           "", raw.p50, raw.p99, raw.due_p50, raw.due_p99);
     double txn_max = 0;
     for (long i = 0; i < n; i++)
         txn_max = txn_ms[i] > txn_max ? txn_ms[i] : txn_max;
@@ -536,9 +556,9 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     fprintf(out,
             "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%ld,\"unit\":\"ms p99\",\"p50_ms\":%ld,"
             "\"peer\":\"raw rabbitmq-c confirm latency p99 (ms), same rate\",\"peer_value\":%.1f,"
-            "\"ratio\":null,"
+            "\"peer_due_p99_ms\":%.1f,\"ratio\":null,"
             "\"target\":\"%s\",\"target_met\":%s,\"consumer\":%s}\n",
-            name, p99, p50, raw99, target ? "p99 <= 10 ms" : "-",
+            name, p99, p50, raw.p99, raw.due_p99, target ? "p99 <= 10 ms" : "-",
             target ? (p99 <= 10 ? "true" : "false") : "null", cfg->consumer ? "true" : "false");
     free(lat);
     acemq_relay_free(t.r);
