@@ -115,10 +115,11 @@ typedef struct shard {
     /* The fast path's answers: all of them, and of those the duplicates
      * (the rest are NEW), counted without a branch on which it was; added
      * to news and duplicates in stats_add. Two counters at fixed addresses,
-     * not answered[rc]++: that store's address waited on the ring word's
-     * load (rc), and the next checks' loads could not tell it apart from
-     * theirs. The single check got 0.3-1.0 ns faster on the benchmark
-     * stream (docs/performance.md, "Counters at fixed addresses"). */
+     * not answered[rc]++, whose store's address is known only once the ring
+     * word's load (rc) is in; the likely cost was that the next checks'
+     * loads had to wait to be told apart from it. The single check got
+     * about 1 ns faster on the benchmark stream (docs/performance.md,
+     * "Counters at fixed addresses"). */
     uint64_t answered;
     uint64_t answered_duplicates;
     /* Keeps neighbouring shards' locks off one cache line. */
