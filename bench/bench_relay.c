@@ -221,6 +221,13 @@ static double raw_publish(const char *url, long n, int window)
     return (double)n / elapsed;
 }
 
+/* p50 and p99 of v's n values; sorts v (median does). */
+static void p50_p99(double *v, long n, double *p50, double *p99)
+{
+    *p50 = median(v, (int)n);
+    *p99 = v[(n * 99) / 100];
+}
+
 /* RabbitMQ alone at a relay's schedule: p50 and p99 in ms, two ways. */
 typedef struct raw_latency {
     /* From each message's publish to its confirm: what one message waits.
@@ -272,10 +279,8 @@ static void raw_confirm_latency(const char *url, long n, int rate, raw_latency *
         due_lat[i] = (confirmed - due) * 1000;
     }
     mq_close(c);
-    out->p50 = median(lat, (int)n); /* sorts lat */
-    out->p99 = lat[(n * 99) / 100];
-    out->due_p50 = median(due_lat, (int)n);
-    out->due_p99 = due_lat[(n * 99) / 100];
+    p50_p99(lat, n, &out->p50, &out->p99);
+    p50_p99(due_lat, n, &out->due_p50, &out->due_p99);
     free(due_lat);
     free(lat);
 }
@@ -544,14 +549,15 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     double txn_max = 0;
     for (long i = 0; i < n; i++)
         txn_max = txn_ms[i] > txn_max ? txn_ms[i] : txn_max;
-    double txn50 = median(txn_ms, (int)n); /* sorts txn_ms */
+    double txn50, txn99;
+    p50_p99(txn_ms, n, &txn50, &txn99);
     printf("%-42s the writer's transactions (BEGIN, add, COMMIT), %s: p50 %.2f ms, p99 %.2f ms,"
            " max %.1f ms\n",
            "",
            pg                      ? "PostgreSQL"
            : cfg->writer_busy_wait ? "acemq_sqlite_busy_wait"
                                    : "sqlite3_busy_timeout",
-           txn50, txn_ms[(n * 99) / 100], txn_max);
+           txn50, txn99, txn_max);
     free(txn_ms);
     fprintf(out,
             "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%ld,\"unit\":\"ms p99\",\"p50_ms\":%ld,"

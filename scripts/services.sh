@@ -33,6 +33,9 @@ SERVICES_DIR="${ACEMQ_SERVICES_DIR:-/tmp/acemq-services}"
 REDIS_PORT="${ACEMQ_REDIS_PORT:-6390}"
 # How long a server gets to answer after it was started, in tenths of a second.
 WAIT_TENTHS=100
+# rabbitmqctl's own limit, for wait and stop: 60 s (a loaded CI machine has
+# been seen to take 20 to start the node).
+RMQ_CTL_TIMEOUT_S=$((WAIT_TENTHS * 6 / 10))
 
 say() { printf 'services: %s\n' "$*"; }
 die() {
@@ -307,9 +310,8 @@ svc_rabbitmq_start() {
     as_rmq "$RMQ_BIN/rabbitmq-server" -detached >"$RMQ_DIR/start.log" 2>&1 ||
         { cat "$RMQ_DIR/start.log" >&2; die "rabbitmq: rabbitmq-server -detached failed"; }
     # `wait` returns once the pid file's process runs the rabbit application,
-    # and fails if that process dies first; --timeout (60 s: a loaded CI
-    # machine has been seen to take 20) bounds the rest.
-    if ! as_rmq "$RMQ_BIN/rabbitmqctl" -q --timeout "$((WAIT_TENTHS * 6 / 10))" \
+    # and fails if that process dies first; --timeout bounds the rest.
+    if ! as_rmq "$RMQ_BIN/rabbitmqctl" -q --timeout "$RMQ_CTL_TIMEOUT_S" \
         wait "$RMQ_DIR/rabbitmq.pid" >>"$RMQ_DIR/start.log" 2>&1; then
         tail -n 20 "$RMQ_DIR/start.log" "$RMQ_DIR"/log/*.log >&2 2>/dev/null || true
         die "rabbitmq: $RMQ_NODE did not come up on 127.0.0.1:$AMQP_PORT"
@@ -324,7 +326,7 @@ svc_rabbitmq_stop() {
         say "rabbitmq: stopping $RMQ_NODE${pid:+ (pid $pid)} on 127.0.0.1:$AMQP_PORT"
         # By node name and cookie: only our node hears this, never a
         # system-wide one on 5672.
-        as_rmq timeout "$((WAIT_TENTHS * 6 / 10))" "$RMQ_BIN/rabbitmqctl" -q stop >/dev/null 2>&1 ||
+        as_rmq timeout "$RMQ_CTL_TIMEOUT_S" "$RMQ_BIN/rabbitmqctl" -q stop >/dev/null 2>&1 ||
             say "rabbitmq: rabbitmqctl stop failed"
         [ -z "$pid" ] || wait_gone_or_kill rabbitmq "$pid" stop
     elif (exec 3<>"/dev/tcp/127.0.0.1/$AMQP_PORT") 2>/dev/null; then
