@@ -39,10 +39,13 @@
  * acemq relay --parallel-db does, instead of taking turns; its cases' names
  * end in /parallel-db.
  *
- * Without --consumer every message of a turn stays in the queue. With it, a
- * consumer takes them as they come in every turn of every case, relay and
- * peers alike, and a turn fails unless each of its messages reached it
+ * Without --consumer every message of a throughput turn stays in the
+ * queue. With it, a consumer takes them as they come in, relay and peer
+ * alike, and a turn fails unless each of its messages reached it
  * (bench_consumer.h; docs/performance.md, "Fifteenth round", has both).
+ * The latency cases run twice whatever --consumer says: with a consumer
+ * (the target's figure, as a queue is at a steady rate), then without
+ * (the case's name ends in /unconsumed; for reading).
  *
  * URLs default to ACEMQ_AMQP_URL and ACEMQ_PG_URL (scripts/services.sh env);
  * without a broker nothing is measured, without PostgreSQL its cases are
@@ -285,11 +288,11 @@ static void raw_confirm_latency(const char *url, long n, int rate, raw_latency *
     free(lat);
 }
 
-/* A turn's consumer on the queue fresh_queue just made; NULL without
- * --consumer. */
-static bench_consumer *start_consumer(const config *cfg)
+/* A turn's consumer on the queue fresh_queue just made when `on`; NULL
+ * otherwise. */
+static bench_consumer *start_consumer(const config *cfg, int on)
 {
-    return cfg->consumer ? bench_consumer_start(mq_connect(cfg->amqp_url), QUEUE) : NULL;
+    return on ? bench_consumer_start(mq_connect(cfg->amqp_url), QUEUE) : NULL;
 }
 
 /* Ends a turn's consumer: every one of the turn's n messages must have
@@ -432,19 +435,21 @@ static double run_relay(const config *cfg, const char *outbox_url, long n)
 
 /* Writes `n` records at `rate` per second, each in its own committed
  * transaction, while a relay runs; then reads published_at - created_at of
- * each (both the database's clock on PostgreSQL, the machine's on SQLite). */
+ * each (both the database's clock on PostgreSQL, the machine's on SQLite).
+ * `consumed`: a consumer takes the messages as they come in, for the relay
+ * and the broker-alone peer alike (see bench_backend). */
 static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
-                         const char *outbox_url, sqlite3 *db, PGconn *conn)
+                         const char *outbox_url, sqlite3 *db, PGconn *conn, int consumed)
 {
     long n = cfg->quick ? 1000 : 5000;
     const int rate = 1000;
     raw_latency raw = {0};
     fresh_queue(cfg);
-    bench_consumer *consumer = start_consumer(cfg);
+    bench_consumer *consumer = start_consumer(cfg, consumed);
     raw_confirm_latency(cfg->amqp_url, n, rate, &raw);
     finish_consumer(consumer, n, "RabbitMQ alone");
     fresh_queue(cfg);
-    consumer = start_consumer(cfg);
+    consumer = start_consumer(cfg, consumed);
     exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
     acemq_outbox *ob = open_relay_outbox(cfg, outbox_url), *mark_ob = NULL, *claim_ob = NULL,
                  *gauge_ob = NULL;
@@ -538,10 +543,14 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     if (got != n) die("latency: %ld of %ld records published", got, n);
     qsort(lat, (size_t)n, sizeof *lat, cmp_long);
     long p50 = lat[n / 2], p99 = lat[(n * 99) / 100];
-    int target = pg; /* the target is PostgreSQL's; SQLite's figure is for reading */
+    /* The target is PostgreSQL's, judged with the queue consumed; SQLite's
+     * figures, and the unconsumed queue's, are for reading. */
+    int target = pg && consumed;
     printf("%-42s %ld records at %.0f/s: p50 %ld ms, p99 %ld ms, max %ld ms  %s\n", name, n,
            (double)n / wrote, p50, p99, lat[n - 1],
-           target ? (p99 <= 10 ? "(target p99 <= 10 ms: yes)" : "(target p99 <= 10 ms: NO)") : "");
+           target ? (p99 <= 10 ? "(target p99 <= 10 ms: yes)" : "(target p99 <= 10 ms: NO)")
+           : pg && !consumed ? "(queue not consumed: for reading, no target)"
+                             : "");
     printf("%-42s RabbitMQ alone, one persistent message then its confirm, same rate: p50 %.1f ms,"
            " p99 %.1f ms; from each one's due time, as the relay's from commit: p50 %.1f ms,"
            " p99 %.1f ms\n",
@@ -565,7 +574,7 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
             "\"peer_due_p99_ms\":%.1f,\"ratio\":null,"
             "\"target\":\"%s\",\"target_met\":%s,\"consumer\":%s}\n",
             name, p99, p50, raw.p99, raw.due_p99, target ? "p99 <= 10 ms" : "-",
-            target ? (p99 <= 10 ? "true" : "false") : "null", cfg->consumer ? "true" : "false");
+            target ? (p99 <= 10 ? "true" : "false") : "null", consumed ? "true" : "false");
     free(lat);
     acemq_relay_free(t.r);
     acemq_broker_close(b);
@@ -715,7 +724,7 @@ static void throughput_case(const config *cfg, FILE *out, const char *name, int 
     for (int rep = 0; rep < cfg->reps; rep++) {
         for (int turn = 0; turn < 2; turn++) {
             fresh_queue(cfg);
-            bench_consumer *consumer = start_consumer(cfg);
+            bench_consumer *consumer = start_consumer(cfg, cfg->consumer);
             if ((turn + rep) % 2 == 0) {
                 refill(pg, db, conn, cfg->records);
                 a[rep] = run_relay(cfg, url, cfg->records);
@@ -746,12 +755,14 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
     char suffix[48]; /* the three suffixes together: 44 */
     snprintf(suffix, sizeof suffix, "%s%s%s", cfg->delete_published ? "/delete-published" : "",
              cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "", cfg->parallel_db ? "/parallel-db" : "");
-    char throughput_name[80], latency_name[80];
+    char throughput_name[80], latency_name[80], unconsumed_name[96];
     snprintf(throughput_name, sizeof throughput_name, "throughput/%s%s", pg ? "postgres" : "sqlite",
              suffix);
     snprintf(latency_name, sizeof latency_name, "%s%s",
              pg ? "latency/postgres-notify" : "latency/sqlite-poll", suffix);
-    if (!bench_wanted(cfg->filter, throughput_name) && !bench_wanted(cfg->filter, latency_name))
+    snprintf(unconsumed_name, sizeof unconsumed_name, "%s/unconsumed", latency_name);
+    if (!bench_wanted(cfg->filter, throughput_name) && !bench_wanted(cfg->filter, latency_name) &&
+        !bench_wanted(cfg->filter, unconsumed_name))
         return;
     char url[1200], path[512];
     sqlite3 *db = NULL;
@@ -774,13 +785,21 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
     }
     if (bench_wanted(cfg->filter, throughput_name))
         throughput_case(cfg, out, throughput_name, pg, url, db, conn);
-    if (bench_wanted(cfg->filter, latency_name)) {
+    /* The latency at a steady 1,000 records a second is judged with the
+     * queue consumed, as a queue is at a steady rate, and then measured
+     * again with nobody consuming, for reading: into a classic queue that
+     * grows in its process's memory RabbitMQ confirms in bursts, and even
+     * the broker-alone peer's p99 from due time then reaches the target on
+     * its own (docs/performance.md, "The latency with the queue consumed"). */
+    for (int consumed = 1; consumed >= 0; consumed--) {
+        const char *name = consumed ? latency_name : unconsumed_name;
+        if (!bench_wanted(cfg->filter, name)) continue;
         if (cfg->delete_published)
             printf("%-42s not measured: latency is read from published rows' published_at,"
                    " and --delete-published keeps none\n",
-                   latency_name);
+                   name);
         else
-            latency_case(cfg, out, latency_name, pg, url, db, conn);
+            latency_case(cfg, out, name, pg, url, db, conn, consumed);
     }
     fresh_queue(cfg);
     if (db) sqlite3_close(db);
@@ -872,7 +891,8 @@ int main(int argc, char **argv)
     printf("relay: outbox -> RabbitMQ (persistent, confirms), %ld records of %d bytes, batch %d,"
            " window %d, relay synchronous=%s, median of %d; %s\n",
            cfg.records, BODY_LEN, cfg.batch, cfg.window, sync_names[cfg.synchronous], cfg.reps,
-           cfg.consumer ? "a consumer empties the queue" : "no consumer, the queue keeps all");
+           cfg.consumer ? "throughput: a consumer empties the queue"
+                        : "throughput: no consumer, the queue keeps all");
     printf("%-42s %10s  %-28s %10s %7s  %-7s %s\n", "case", "records/s", "peer", "records/s",
            "ratio", "target", "met");
     if (cfg.broker_cpu >= 0) {
