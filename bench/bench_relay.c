@@ -788,9 +788,9 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
     /* The latency at a steady 1,000 records a second is judged with the
      * queue consumed, as a queue is at a steady rate, and then measured
      * again with nobody consuming, for reading: into a classic queue that
-     * grows in its process's memory RabbitMQ confirms in bursts, and even
-     * the broker-alone peer's p99 from due time then reaches the target on
-     * its own (docs/performance.md, "The latency with the queue consumed"). */
+     * grows in its process's memory RabbitMQ confirms in bursts, and the
+     * broker-alone peer's own p99 from due time then comes near 10 ms, once
+     * over it (docs/performance.md, "The latency with the queue consumed"). */
     for (int consumed = 1; consumed >= 0; consumed--) {
         const char *name = consumed ? latency_name : unconsumed_name;
         if (!bench_wanted(cfg->filter, name)) continue;
