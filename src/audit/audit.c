@@ -141,9 +141,10 @@ typedef struct shard {
     char pad[64];
 } shard;
 
-/* The fast path adds its answer to answered_duplicates as it is. */
+/* The window's fast case answers with the sequence's bit as it is (0 NEW,
+ * 1 DUPLICATE), and adds that bit to answered_duplicates. */
 _Static_assert(ACEMQ_AUDIT_NEW == 0 && ACEMQ_AUDIT_DUPLICATE == 1,
-               "the fast path counts a duplicate by adding its answer");
+               "the window's fast case answers with the sequence's bit");
 
 struct acemq_audit {
     acemq__window_shape shape;
