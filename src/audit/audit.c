@@ -41,11 +41,11 @@
  * line; the header's first line holds what a check reads and writes
  * (recency, top, floor, start); the second the lengths and the key (up to 56
  * bytes of it). A check reads those two lines and one ring word, and writes
- * only the first line and the word. The ring ends where the header begins,
- * at an offset that is the same for every producer of an audit, so the
- * check finds its word from the producer's address and the sequence alone:
- * with the ring after a key of varying room, it had first to load w.bits
- * (still set, for window.c), one more dependent load on every check.
+ * only the first line and the word. The ring ends where the header begins
+ * and runs backwards from there (acemq__ring_word), so the check finds its
+ * word from the producer's address and the sequence alone: with the ring
+ * after a key of varying room, it had first to load w.ring_end (still set,
+ * for window.c), one more dependent load on every check.
  *
  * Recency, two ways, one order. A small audit (max_producers up to
  * STAMP_MAX) stamps each use with the shard's clock, and eviction takes the
@@ -220,10 +220,11 @@ static void entry_free(size_t ring_pad, entry *p)
     if (p) free((unsigned char *)p - ring_pad);
 }
 
-/* The producer's ring: the words just before its header. */
-static inline uint64_t *entry_ring(const acemq__window_shape *sh, entry *p)
+/* The end of the producer's ring, which runs backwards from its header
+ * (see acemq__ring_word). */
+static inline uint64_t *entry_ring(entry *p)
 {
-    return (uint64_t *)(void *)p - sh->words;
+    return (uint64_t *)(void *)p;
 }
 
 static void table_destroy(shard *s, int stamped, size_t ring_pad)
@@ -508,7 +509,7 @@ static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, si
     p->hash = hash;
     p->key_len = (uint32_t)len;
     memcpy(p->key, key, len);
-    p->w.bits = entry_ring(&a->shape, p);
+    p->w.ring_end = entry_ring(p);
     table_put(s->slots, s->mask, p);
     recency_add(a->stamped, s, p);
     s->count++;
@@ -585,8 +586,8 @@ check_in(int cls, int locked, acemq_audit *a, const void *key, size_t len, uint6
         if (cause) *cause = c;
     } else {
         touch(a->stamped, s, p);
-        if (__builtin_expect(acemq__window_check_fast_at(&p->w, entry_ring(&a->shape, p), &a->shape,
-                                                         seq, &rc, &s->answered_duplicates),
+        if (__builtin_expect(acemq__window_check_fast_at(&p->w, entry_ring(p), &a->shape, seq, &rc,
+                                                         &s->answered_duplicates),
                              1)) {
             s->answered++;
         } else {
@@ -661,8 +662,7 @@ static inline __attribute__((always_inline)) int check_fast(int locked, int stam
     entry *p = fast_slot(s, hash);
     int rc;
     if (__builtin_expect(!fast_key(p, hash, key, len) ||
-                             !acemq__window_check_fast_at(&p->w, entry_ring(&a->shape, p),
-                                                          &a->shape, seq, &rc,
+                             !acemq__window_check_fast_at(&p->w, entry_ring(p), &a->shape, seq, &rc,
                                                           &s->answered_duplicates),
                          0)) {
         if (locked) acemq__shard_lock_give(&s->lock);
@@ -842,8 +842,8 @@ group_check(int text, int group, acemq_audit *a, const many_src *src, size_t i, 
         uint64_t clock = s->clock, duplicates = 0;
         for (g = 0; g < group; g++) {
             int rc;
-            if (__builtin_expect(!acemq__window_check_fast_at(&p[g]->w, entry_ring(&shape, p[g]),
-                                                              &shape, seq[g], &rc, &duplicates),
+            if (__builtin_expect(!acemq__window_check_fast_at(&p[g]->w, entry_ring(p[g]), &shape,
+                                                              seq[g], &rc, &duplicates),
                                  0))
                 break;
             p[g]->stamp = ++clock; /* a fast answer, counted by it (shard.answered) */

@@ -43,7 +43,7 @@ static int test_and_set(acemq__window *w, const acemq__window_shape *sh, uint64_
 {
     uint64_t pos = seq & sh->ring_mask;
     uint64_t bit = (uint64_t)1 << (pos & 63);
-    uint64_t *word = &w->bits[pos >> 6];
+    uint64_t *word = acemq__ring_word(w->ring_end, pos);
     int was = (*word & bit) != 0;
     *word |= bit;
     return was;
@@ -52,7 +52,7 @@ static int test_and_set(acemq__window *w, const acemq__window_shape *sh, uint64_
 void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
                         int readmitted)
 {
-    memset(w->bits, 0, sh->words * sizeof(uint64_t));
+    memset(w->ring_end - sh->words, 0, sh->words * sizeof(uint64_t));
     w->top = seq;
     /* A producer never seen before has nothing behind its first id that we
      * could have seen, so the window reaches back to catch out-of-order
@@ -77,7 +77,7 @@ static void clear_positions(acemq__window *w, const acemq__window_shape *sh, uin
         uint64_t take = 64 - off;
         if (take > n) take = n;
         uint64_t mask = take == 64 ? ~(uint64_t)0 : (((uint64_t)1 << take) - 1) << off;
-        w->bits[pos >> 6] &= ~mask;
+        *acemq__ring_word(w->ring_end, pos) &= ~mask;
         n -= take;
         pos = (pos + take) & sh->ring_mask;
     }
@@ -90,7 +90,7 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
          * window; clear them and move the top. top + 1 cannot wrap: seq > top. */
         uint64_t ahead = seq - w->top;
         if (ahead >= sh->ring_bits)
-            memset(w->bits, 0, sh->words * sizeof(uint64_t));
+            memset(w->ring_end - sh->words, 0, sh->words * sizeof(uint64_t));
         else
             clear_positions(w, sh, w->top + 1, ahead);
         w->top = seq;
@@ -114,7 +114,7 @@ int acemq__window_clear(acemq__window *w, const acemq__window_shape *sh, uint64_
     if (seq > w->top || seq < w->start || w->top - seq >= sh->depth) return 0;
     uint64_t pos = seq & sh->ring_mask;
     uint64_t bit = (uint64_t)1 << (pos & 63);
-    uint64_t *word = &w->bits[pos >> 6];
+    uint64_t *word = acemq__ring_word(w->ring_end, pos);
     int was = (*word & bit) != 0;
     *word &= ~bit;
     return was;
