@@ -39,7 +39,7 @@
 /* A producer: ring, recency, window header and key in one 64-byte aligned
  * allocation. The ring comes first, padded so that the header starts a cache
  * line; the header's first line holds what a check reads and writes
- * (recency, top, floor, start); the second the lengths and the key (up to 56
+ * (recency, top, span, start); the second the lengths and the key (up to 56
  * bytes of it). A check reads those two lines and one ring word, and writes
  * only the first line and the word. The ring ends where the header begins
  * and runs backwards from there (acemq__ring_word), so the check finds its

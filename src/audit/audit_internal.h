@@ -31,13 +31,17 @@ typedef struct acemq__window_shape {
  * (s & ring_mask) is set iff s was checked and not rolled back since the
  * window began. Bits of other positions are stale and never read.
  *
- * floor is the lowest of those sequences, max(start, top - (depth - 1))
- * (0 when top < depth - 1), kept beside top so that the check path tells
- * "inside or next" with one subtraction and one comparison
- * (acemq__window_check_fast_at). Whatever moves top moves floor. */
+ * The window's floor is the lowest of those sequences, max(start,
+ * top - (depth - 1)) (0 when top < depth - 1). span = top - floor is kept
+ * beside top, so that the check path tells "inside or next" with one
+ * subtraction and one comparison (acemq__window_check_fast_at). Whatever
+ * moves top updates span. Kept as floor itself (until 2026-12-02), it
+ * moved with every sequence once the window was full, and the check's
+ * store of it waited on its load and three instructions; span then stays
+ * at depth - 1 and is not written at all. */
 typedef struct acemq__window {
     uint64_t top;        /* highest sequence seen */
-    uint64_t floor;      /* lowest sequence inside the window: see above */
+    uint64_t span;       /* top - floor: see above */
     uint64_t start;      /* lowest sequence the window could ever record */
     uint64_t readmitted; /* 1: began after the producer was evicted */
     uint64_t *ring_end;  /* one past the ring's words, owned by whoever holds the window */
@@ -83,45 +87,51 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
  * answer is a constant and its stores wait on nothing, and measured on the
  * benchmark stream the check got about 10 % faster despite the mispredicts.
  * Tried again on 2026-12-02, with the counters already out of the way
- * (top + next, floor and the answer computed without the branch), it was
- * still about 1.5 ns slower per check.
+ * (top + next, the window's floor and the answer computed without the
+ * branch), it was still about 1.5 ns slower per check.
  *
  * Each case reads only what it needs, after the branch, and reads it before
  * its first store (the ring is uint64_t, like the fields, so a store to it
  * before would make the compiler read them all again). Until 2026-12-02
  * the floor, the position, the ring word and the bit were all read or
- * computed ahead of the branch for both cases. That held more
- * values at once than there are caller-saved registers, and the check
- * saved and restored six callee-saved ones per call (four now). Read per
- * case, each load still starts as soon as its address is known, and the
- * check takes about 4 % less time on the benchmark stream
- * (docs/performance.md).
+ * computed ahead of the branch for both cases. That held more values at
+ * once than there are caller-saved registers, and the check saved and
+ * restored six callee-saved ones per call (four now). Read per case, each
+ * load still starts as soon as its address is known, and the check takes
+ * about 4 % less time on the benchmark stream (docs/performance.md).
  *
- * Sliding by one: floor follows once the window spans depth sequences
- * (seq - floor == depth), and stays at start until then. The position's
- * bit is stale, from ring_bits ago: setting it is all the slide needs.
+ * What this path costs is mostly its latency, not its instructions: on the
+ * benchmark stream, four cycles added on purpose to the producer's address,
+ * to top or to the floor's load each made every check about 9 % slower. So
+ * nothing the common case stores waits on more than one load: the next
+ * sequence's stores are top (seq itself) and the ring word (its load and
+ * one OR).
+ *
+ * Sliding by one: the floor stays at start, and span grows by one, until
+ * the window spans depth sequences (span + 1 == depth); from then on the
+ * floor follows top, and span stays. The position's bit is stale, from
+ * ring_bits ago: setting it is all the slide needs.
  *
  * The next sequence is top + 1, and never 0: seq - top == 1 also holds for
- * seq = 0 after top = 2^64 - 1, which is far behind, not next. Measured from
- * floor, the window is 0..span (span = top - floor, below depth); a seq
- * below floor wraps to a large rel and fails. */
+ * seq = 0 after top = 2^64 - 1, which is far behind, not next. Inside the
+ * window, top - seq is 0..span; a seq above top wraps it to a large value,
+ * and one below the floor gives more than span: both fail. */
 static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_end,
                                               const acemq__window_shape *sh, uint64_t seq,
                                               int *result, uint64_t *duplicates)
 {
     uint64_t top = w->top;
     if (__builtin_expect((seq - top == 1) & (seq != 0), 1)) {
-        uint64_t floor = w->floor;
+        uint64_t span = w->span;
         uint64_t pos = seq & sh->ring_mask;
         uint64_t *word = acemq__ring_word(ring_end, pos);
-        w->floor = floor + (seq - floor == sh->depth);
+        if (__builtin_expect(span + 1 != sh->depth, 0)) w->span = span + 1;
         w->top = seq;
         *word |= (uint64_t)1 << (pos & 63);
         *result = ACEMQ_AUDIT_NEW;
         return 1;
     }
-    uint64_t floor = w->floor;
-    if (__builtin_expect(seq - floor > top - floor, 0)) return 0;
+    if (__builtin_expect(top - seq > w->span, 0)) return 0;
     uint64_t pos = seq & sh->ring_mask;
     uint64_t *word = acemq__ring_word(ring_end, pos);
     uint64_t old = *word, bit = (uint64_t)1 << (pos & 63);

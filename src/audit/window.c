@@ -31,11 +31,11 @@ size_t acemq__window_size(const acemq__window_shape *sh)
     return sh->words * sizeof(uint64_t);
 }
 
-/* floor for the window's top and start (see acemq__window). */
-static void set_floor(acemq__window *w, const acemq__window_shape *sh)
+/* span for the window's top and start (see acemq__window). */
+static void set_span(acemq__window *w, const acemq__window_shape *sh)
 {
     uint64_t low = w->top >= sh->depth - 1 ? w->top - (sh->depth - 1) : 0;
-    w->floor = low > w->start ? low : w->start;
+    w->span = w->top - (low > w->start ? low : w->start);
 }
 
 /* Sets seq's bit; 1 when it was already set. */
@@ -62,7 +62,7 @@ void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_
     else
         w->start = seq >= sh->depth - 1 ? seq - (sh->depth - 1) : 0;
     w->readmitted = readmitted != 0;
-    set_floor(w, sh);
+    set_span(w, sh);
     (void)test_and_set(w, sh, seq);
 }
 
@@ -94,7 +94,7 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
         else
             clear_positions(w, sh, w->top + 1, ahead);
         w->top = seq;
-        set_floor(w, sh);
+        set_span(w, sh);
         (void)test_and_set(w, sh, seq);
         return ACEMQ_AUDIT_NEW;
     }
