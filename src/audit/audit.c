@@ -77,20 +77,27 @@ typedef struct entry {
 /* The producer table: open addressing, linear probing, a slot a pointer to
  * a producer (NULL: empty). The producer's full 64-bit hash sits in its
  * first line, beside the window fields the check reads anyway, and is
- * compared before the key. The table is kept at most 1/16 full while small
+ * compared before the key. The table is kept at most 1/32 full while small
  * (1/4, then 1/2, as it grows large), so a producer nearly always sits in
  * its home slot: the lookup is one slot read and a branch the predictor
- * gets right, where a chained bucket walk's length is a guess per id. It
- * starts small and doubles as producers arrive, so an audit that sees few
- * producers (a connection audit holds many such) stays small. Removal
- * shifts the run back (no tombstones). */
+ * gets right, where a chained bucket walk's length is a guess per id. A
+ * producer one slot away is still found on the fast path (fast_slot), but
+ * the branch that sends the check there is lost on nearly every one of its
+ * ids, since which producer comes next is anyone's guess: of 64 producers,
+ * about 2 are displaced at 1/16 full and 1 at 1/32 (n^2 / 2m). Going from
+ * 1/16 to 1/32 made the check 1-2 % faster on the benchmark stream (one
+ * producer of its 64 was displaced, none now), for 128 more bytes of table
+ * per producer (docs/performance.md). It starts small and doubles as
+ * producers arrive, so an audit that sees few producers (a connection audit
+ * holds many such) stays small. Removal shifts the run back (no
+ * tombstones). */
 typedef struct slot {
     struct entry *p; /* NULL: empty */
 } slot;
 
 static size_t table_spread(size_t producers)
 {
-    return producers < 256 ? 16 : producers < 4096 ? 4 : 2;
+    return producers < 256 ? 32 : producers < 4096 ? 4 : 2;
 }
 
 #define MIN_KEY_CAP 64 /* room for an ActiveMQ producer id and then some */
@@ -625,9 +632,9 @@ static __attribute__((noinline)) int check_general(acemq_audit *a, const void *k
 }
 
 /* Where the fast check looks for a producer: its home slot, or the next one
- * when home holds another (a producer displaced by one is common enough, a
- * few percent of them, to stay off the general path). The producer there,
- * if any, may still hold another key: fast_key tells. */
+ * when home holds another (a producer displaced by one is common enough,
+ * one or two of 64 (see table_spread), to stay off the general path). The
+ * producer there, if any, may still hold another key: fast_key tells. */
 static inline __attribute__((always_inline)) entry *fast_slot(const shard *s, uint64_t hash)
 {
     size_t i = (size_t)hash & s->mask;
