@@ -60,6 +60,17 @@ static inline uint64_t *acemq__ring_word(uint64_t *ring_end, uint64_t pos)
     return ring_end + (ptrdiff_t) ~(pos >> 6);
 }
 
+/* Sets the bit of ring position pos (seq & ring_mask) in the ring ending at
+ * ring_end: 1 when it was already set, 0 otherwise. The window's general
+ * check and the fast check's "inside" case share it. */
+static inline uint64_t acemq__ring_test_and_set(uint64_t *ring_end, uint64_t pos)
+{
+    uint64_t *word = acemq__ring_word(ring_end, pos);
+    uint64_t old = *word;
+    *word = old | (uint64_t)1 << (pos & 63);
+    return (old >> (pos & 63)) & 1;
+}
+
 void acemq__window_shape_init(acemq__window_shape *sh, uint32_t depth);
 /* Bytes of one window's ring (the words before w->ring_end). */
 size_t acemq__window_size(const acemq__window_shape *sh);
@@ -132,12 +143,8 @@ static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_e
         return 1;
     }
     if (__builtin_expect(top - seq > w->span, 0)) return 0;
-    uint64_t pos = seq & sh->ring_mask;
-    uint64_t *word = acemq__ring_word(ring_end, pos);
-    uint64_t old = *word, bit = (uint64_t)1 << (pos & 63);
-    uint64_t seen = (old >> (pos & 63)) & 1;
+    uint64_t seen = acemq__ring_test_and_set(ring_end, seq & sh->ring_mask);
     *result = (int)seen;
-    *word = old | bit;
     *duplicates += seen;
     return 1;
 }

@@ -41,12 +41,7 @@ static void set_span(acemq__window *w, const acemq__window_shape *sh)
 /* Sets seq's bit; 1 when it was already set. */
 static int test_and_set(acemq__window *w, const acemq__window_shape *sh, uint64_t seq)
 {
-    uint64_t pos = seq & sh->ring_mask;
-    uint64_t bit = (uint64_t)1 << (pos & 63);
-    uint64_t *word = acemq__ring_word(w->ring_end, pos);
-    int was = (*word & bit) != 0;
-    *word |= bit;
-    return was;
+    return (int)acemq__ring_test_and_set(w->ring_end, seq & sh->ring_mask);
 }
 
 void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
