@@ -26,6 +26,7 @@
 #include "audit/audit_key.h"
 #include "audit/id_parse.h"
 #include "audit/id_split4.h"
+#include "audit/producer_memo.h"
 #include "core/dlist.h"
 #include "core/shard_lock.h"
 
@@ -144,6 +145,9 @@ typedef struct shard {
      * told apart from it: about 1 ns ("Counters at fixed addresses"). */
     uint64_t answered;
     uint64_t answered_duplicates;
+    /* The plain flavour's cache of producers by a word of their key
+     * (producer_memo.h); empty in every other flavour. */
+    acemq__producer_memo memo;
     /* Keeps neighbouring shards' locks off one cache line. */
     char pad[64];
 } shard;
@@ -385,6 +389,7 @@ static void destroy(acemq_audit *a)
     for (unsigned i = 0; a->shards && i < a->nshards; i++) {
         shard *s = &a->shards[i];
         table_destroy(s, a->stamped, a->ring_pad);
+        acemq__memo_free(&s->memo);
         acemq__ghosts_destroy(&s->ghosts);
         if (i < a->mutexes) acemq__shard_lock_destroy(&s->lock);
     }
@@ -433,6 +438,7 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     }
     for (unsigned i = 0; i < a->nshards; i++) {
         shard *s = &a->shards[i];
+        acemq__memo_init(&s->memo);
         if (a->locked) {
             rc = acemq__shard_lock_init(&s->lock) == 0 ? 0 : ACEMQ_ENOMEM;
             if (rc == 0) a->mutexes++;
@@ -474,6 +480,25 @@ static inline void unlock(acemq_audit *a, shard *s)
     if (a->locked) acemq__shard_lock_give(&s->lock);
 }
 
+/* The i-th producer of a stamped shard, for the memo's build. */
+static void *dense_producer(void *ctx, size_t i, const unsigned char **key, size_t *len)
+{
+    const shard *s = ctx;
+    entry *p = s->dense[i].p;
+    *key = p->key;
+    *len = p->key_len;
+    return p;
+}
+
+/* p has just entered the plain flavour's table (whose recency is by stamps,
+ * so dense[] lists its producers): into the memo, which is built afresh
+ * when it has grown stale. */
+static void memo_admitted(shard *s, entry *p)
+{
+    acemq__memo_add(&s->memo, p, p->key, p->key_len);
+    if (acemq__memo_stale(&s->memo)) acemq__memo_build(&s->memo, s->count, dense_producer, s);
+}
+
 /* A producer for a key not in the table, most recent in the LRU, its window
  * left for the caller: the shard's least recently used one, remembered as
  * evicted, when the audit is full (its memory reused when the key fits); a
@@ -489,6 +514,7 @@ static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, si
     if (evict) {
         p = recency_pop_oldest(a->stamped, s);
         table_remove(s, p);
+        if (a->plain) acemq__memo_remove(&s->memo, p, p->key, p->key_len);
         s->count--;
         s->stats.evictions++;
         if (acemq__ghosts_put(&s->ghosts, ghost_hash(p->key, p->key_len))) s->stats.forgotten++;
@@ -520,6 +546,7 @@ static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, si
     table_put(s->slots, s->mask, p);
     recency_add(a->stamped, s, p);
     s->count++;
+    if (a->plain) memo_admitted(s, p);
     return p;
 }
 
@@ -694,20 +721,45 @@ static __attribute__((noinline)) int check_fast_other(acemq_audit *a, const void
     return check_fast(0, 0, a, key, len, seq, cause);
 }
 
-/* Both entry points: the single-thread fast copy inline, the rest a call. */
-static inline __attribute__((always_inline)) int check_entry(acemq_audit *a, const void *key,
-                                                             size_t len, uint64_t seq, int *cause)
+/* The plain flavour's one-id check: the producer from the memo
+ * (producer_memo.h), whose slot is read from a word at the key's start while
+ * the id is still being split, and only if the memo does not know the key,
+ * or the window's fast cases do not take the sequence, check_fast, which
+ * finds it by the whole key's hash. The memo's answer is checked as the
+ * table's is, key and length; what is done with the producer then is what
+ * check_fast does (its stamp counts the answer: see shard.answered). room:
+ * the bytes readable at key, the key's and the sequence's for a text id. */
+static inline __attribute__((always_inline)) int
+check_memo(acemq_audit *a, const void *key, size_t len, size_t room, uint64_t seq, int *cause)
+{
+    shard *s = &a->one;
+    entry *p = acemq__memo_find(&s->memo, key, room);
+    int rc;
+    if (__builtin_expect(p == NULL || p->key_len != len || !same_key(KEY_17_32, p->key, key, len) ||
+                             !acemq__window_check_fast_at(&p->w, entry_ring(p), &a->shape, seq, &rc,
+                                                          &s->answered_duplicates),
+                         0))
+        return check_fast(0, 1, a, key, len, seq, cause);
+    p->stamp = ++s->clock;
+    if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
+    return rc;
+}
+
+/* Both entry points: the single-thread fast copy inline, the rest a call.
+ * room: as for check_memo. */
+static inline __attribute__((always_inline)) int
+check_entry(acemq_audit *a, const void *key, size_t len, size_t room, uint64_t seq, int *cause)
 {
     if (__builtin_expect(!a || !key || len - 17 > 15, 0))
         return check_general(a, key, len, seq, cause);
     if (!a->plain) return check_fast_other(a, key, len, seq, cause);
-    return check_fast(0, 1, a, key, len, seq, cause);
+    return check_memo(a, key, len, room, seq, cause);
 }
 
 int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_len,
                           uint64_t sequence, int *cause)
 {
-    return check_entry(a, producer, producer_len, sequence, cause);
+    return check_entry(a, producer, producer_len, producer_len, sequence, cause);
 }
 
 int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
@@ -716,7 +768,7 @@ int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
     size_t len;
     uint64_t seq;
     if (__builtin_expect(acemq__audit_split_fast(id, id_len, &len, &seq), 1))
-        return check_entry(a, id, len, seq, cause);
+        return check_entry(a, id, len, id_len, seq, cause);
 #endif
     if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
     acemq_audit_id p;
@@ -953,6 +1005,33 @@ int acemq__audit_use_split4(acemq_audit *a, int on)
     if (on && !acemq__audit_split4_supported()) return ACEMQ_ENOTSUP;
     a->split4 = on != 0;
     return 0;
+}
+
+void acemq__audit_memo_state(acemq_audit *a, size_t *producers, size_t *held, uint32_t *off)
+{
+    const acemq__producer_memo *m = &a->one.memo;
+    int plain = a->plain;
+    *producers = plain ? m->producers : 0;
+    *held = plain ? m->held : 0;
+    *off = plain ? m->off : 0;
+}
+
+int acemq__audit_memo_verify(acemq_audit *a)
+{
+    if (!a->plain) return 0;
+    const shard *s = &a->one;
+    const acemq__producer_memo *m = &s->memo;
+    size_t in_slots = 0;
+    for (size_t i = 0; i < m->cap; i++) {
+        const entry *p = m->slots[i];
+        if (!p) continue;
+        in_slots++;
+        size_t k = 0;
+        while (k < s->count && s->dense[k].p != p)
+            k++;
+        if (k == s->count || acemq__memo_find(m, p->key, p->key_len) != p) return -1;
+    }
+    return in_slots == m->held ? 0 : -1;
 }
 
 static __attribute__((noinline)) int check_many_locked(int text, acemq_audit *a,

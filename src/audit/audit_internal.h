@@ -265,6 +265,14 @@ int acemq__audit_use_split4(acemq_audit *a, int on);
  * Call only where acemq__audit_split4_supported(); elsewhere 0. */
 int acemq__audit_split4_ids(const char *const *ids, const size_t *id_lens, size_t *producer_len,
                             uint64_t *sequence);
+/* For tests: what the plain flavour's producer memo (producer_memo.h) holds:
+ * producers of 17-32 bytes in the table, those of them in a slot, and the
+ * word's offset. All 0 in the other flavours, which have none. */
+void acemq__audit_memo_state(acemq_audit *a, size_t *producers, size_t *held, uint32_t *off);
+/* For tests: 0 when every producer in the memo's slots is one the table
+ * holds now, in the slot its key leads to, and they number `held`; -1
+ * otherwise (a producer left in the memo after it left the table, say). */
+int acemq__audit_memo_verify(acemq_audit *a);
 /* Adds every counter of t into *sum. */
 void acemq__audit_stats_merge(acemq_audit_stats *sum, const acemq_audit_stats *t);
 /* Adds a's counters into *sum, `producers` as held now. */
