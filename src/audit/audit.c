@@ -40,9 +40,10 @@
 /* A producer: ring, recency, window header and key in one 64-byte aligned
  * allocation. The ring comes first, padded so that the header starts a cache
  * line; the header's first line holds what a check reads and writes
- * (recency, top, span, start); the second the lengths and the key (up to 56
- * bytes of it). A check reads those two lines and one ring word, and writes
- * only the first line and the word. The ring ends where the header begins
+ * (recency, top, span, start); the second the lengths, the guess at the
+ * next id (check_tail) and the key (up to 32 bytes of it). A check reads
+ * those two lines and one ring word, and writes the first line, the word
+ * and, for a text id of the plain flavour, the guess. The ring ends where the header begins
  * and runs backwards from there (acemq__ring_word), so the check finds its
  * word from the producer's address and the sequence alone: with the ring
  * after a key of varying room, it had first to load w.ring_end (still set,
@@ -70,8 +71,15 @@ typedef struct entry {
         };
     };
     acemq__window w;
-    /* The second line from here: the lengths, then the key. */
+    /* The second line from here: the lengths, the guess, then the key. */
     uint32_t key_len, key_cap; /* key_cap: a multiple of 16, at least MIN_KEY_CAP */
+    /* The plain flavour's guess at this producer's next text id (see
+     * check_tail): the last eight bytes of the id of sequence tail_top + 1,
+     * and that id's length; tail_len 0: no guess. It holds only while
+     * tail_top is the window's top. */
+    uint64_t next_tail;
+    uint64_t tail_top;
+    uint64_t tail_len;
     unsigned char key[];
 } entry;
 
@@ -540,6 +548,7 @@ static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, si
         // cppcheck-suppress memleak
     }
     p->hash = hash;
+    p->tail_len = 0; /* no guess yet (the memory may be an evicted producer's) */
     p->key_len = (uint32_t)len;
     memcpy(p->key, key, len);
     p->w.ring_end = entry_ring(p);
@@ -721,6 +730,18 @@ static __attribute__((noinline)) int check_fast_other(acemq_audit *a, const void
     return check_fast(0, 0, a, key, len, seq, cause);
 }
 
+/* A guess at the id after this text id of p, whose sequence seq is now the
+ * window's top: its last eight bytes, from `last`, this id's (see
+ * acemq__audit_next_tail), and its length, this id's. */
+static inline __attribute__((always_inline)) void guess_next(entry *p, uint64_t last, size_t id_len,
+                                                             uint64_t seq)
+{
+    int ok;
+    p->next_tail = acemq__audit_next_tail(last, &ok);
+    p->tail_top = seq;
+    p->tail_len = ok ? id_len : 0;
+}
+
 /* The plain flavour's one-id check: the producer from the memo
  * (producer_memo.h), whose slot is read from a word at the key's start while
  * the id is still being split, and only if the memo does not know the key,
@@ -729,8 +750,9 @@ static __attribute__((noinline)) int check_fast_other(acemq_audit *a, const void
  * table's is, key and length; what is done with the producer then is what
  * check_fast does (its stamp counts the answer: see shard.answered). room:
  * the bytes readable at key, the key's and the sequence's for a text id. */
-static inline __attribute__((always_inline)) int
-check_memo(acemq_audit *a, const void *key, size_t len, size_t room, uint64_t seq, int *cause)
+static inline __attribute__((always_inline)) int check_memo(acemq_audit *a, const void *key,
+                                                            size_t len, size_t room, uint64_t seq,
+                                                            int *cause, int text, uint64_t last)
 {
     shard *s = &a->one;
     entry *p = acemq__memo_find(&s->memo, key, room);
@@ -741,34 +763,80 @@ check_memo(acemq_audit *a, const void *key, size_t len, size_t room, uint64_t se
                          0))
         return check_fast(0, 1, a, key, len, seq, cause);
     p->stamp = ++s->clock;
+    if (text && p->w.top == seq) guess_next(p, last, room, seq);
     if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
     return rc;
 }
 
 /* Both entry points: the single-thread fast copy inline, the rest a call.
- * room: as for check_memo. */
-static inline __attribute__((always_inline)) int
-check_entry(acemq_audit *a, const void *key, size_t len, size_t room, uint64_t seq, int *cause)
+ * room: as for check_memo; text: the key is a text id's (room its length),
+ * whose last eight bytes are `last`. */
+static inline __attribute__((always_inline)) int check_entry(acemq_audit *a, const void *key,
+                                                             size_t len, size_t room, uint64_t seq,
+                                                             int *cause, int text, uint64_t last)
 {
     if (__builtin_expect(!a || !key || len - 17 > 15, 0))
         return check_general(a, key, len, seq, cause);
     if (!a->plain) return check_fast_other(a, key, len, seq, cause);
-    return check_memo(a, key, len, room, seq, cause);
+    return check_memo(a, key, len, room, seq, cause, text, last);
 }
 
 int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_len,
                           uint64_t sequence, int *cause)
 {
-    return check_entry(a, producer, producer_len, producer_len, sequence, cause);
+    return check_entry(a, producer, producer_len, producer_len, sequence, cause, 0, 0);
 }
+
+#ifdef ACEMQ__AUDIT_SWAR
+/* check_tail's answer when it does not take the id. */
+#define NOT_TAKEN (-0x7FFF)
+
+/* The plain flavour's commonest text check, without the split: the producer
+ * from the memo, and the id the one its last id led the audit to expect
+ * (guess_next): the same length, the same last eight bytes, and the key
+ * before them. Such an id is the producer's key, its ':' and the digits of
+ * tail_top + 1, so it is the next sequence, and no digit need be converted.
+ * The sequence was what the check's chain waited for last once the memo had
+ * taken the hash off it (docs/performance.md, "The producer memo, and the
+ * guess at the next id"). What is done then is what check_fast does with
+ * the next sequence, and the guess moves on. NOT_TAKEN, with nothing
+ * written, for every other id. */
+static inline __attribute__((always_inline)) int
+check_tail(acemq_audit *a, const char *id, size_t id_len, uint64_t last, int *cause)
+{
+    shard *s = &a->one;
+    entry *p = acemq__memo_find(&s->memo, (const unsigned char *)id, id_len);
+    if (__builtin_expect(p == NULL || p->tail_len != id_len || p->next_tail != last ||
+                             p->tail_top != p->w.top ||
+                             !same_key(KEY_17_32, p->key, (const unsigned char *)id, p->key_len),
+                         0))
+        return NOT_TAKEN;
+    uint64_t seq = p->w.top + 1; /* never 0: the guess was made from a sequence of 7 digits */
+    acemq__window_take_next(&p->w, entry_ring(p), &a->shape, seq);
+    guess_next(p, last, id_len, seq);
+    p->stamp = ++s->clock; /* which counts this answer: see shard.answered */
+    if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
+    return ACEMQ_AUDIT_NEW;
+}
+#endif
 
 int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
 {
 #ifdef ACEMQ__AUDIT_SWAR
     size_t len;
     uint64_t seq;
-    if (__builtin_expect(acemq__audit_split_fast(id, id_len, &len, &seq), 1))
-        return check_entry(a, id, len, id_len, seq, cause);
+    /* 9..ACEMQ_AUDIT_ID_MAX bytes, as split_fast takes. */
+    if (__builtin_expect(a != NULL && a->plain && id != NULL &&
+                             id_len - 9 <= (size_t)ACEMQ_AUDIT_ID_MAX - 9,
+                         1)) {
+        uint64_t last = acemq__load8((const unsigned char *)id + id_len - 8);
+        int rc = check_tail(a, id, id_len, last, cause);
+        if (__builtin_expect(rc != NOT_TAKEN, 1)) return rc;
+        if (__builtin_expect(acemq__audit_split_fast(id, id_len, &len, &seq), 1))
+            return check_entry(a, id, len, id_len, seq, cause, 1, last);
+    } else if (acemq__audit_split_fast(id, id_len, &len, &seq)) {
+        return check_entry(a, id, len, id_len, seq, cause, 0, 0);
+    }
 #endif
     if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
     acemq_audit_id p;

@@ -127,18 +127,24 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
  * seq = 0 after top = 2^64 - 1, which is far behind, not next. Inside the
  * window, top - seq is 0..span; a seq above top wraps it to a large value,
  * and one below the floor gives more than span: both fail. */
+static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
+                                           const acemq__window_shape *sh, uint64_t seq)
+{
+    uint64_t span = w->span;
+    uint64_t pos = seq & sh->ring_mask;
+    uint64_t *word = acemq__ring_word(ring_end, pos);
+    if (__builtin_expect(span + 1 != sh->depth, 0)) w->span = span + 1;
+    w->top = seq;
+    *word |= (uint64_t)1 << (pos & 63);
+}
+
 static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_end,
                                               const acemq__window_shape *sh, uint64_t seq,
                                               int *result, uint64_t *duplicates)
 {
     uint64_t top = w->top;
     if (__builtin_expect((seq - top == 1) & (seq != 0), 1)) {
-        uint64_t span = w->span;
-        uint64_t pos = seq & sh->ring_mask;
-        uint64_t *word = acemq__ring_word(ring_end, pos);
-        if (__builtin_expect(span + 1 != sh->depth, 0)) w->span = span + 1;
-        w->top = seq;
-        *word |= (uint64_t)1 << (pos & 63);
+        acemq__window_take_next(w, ring_end, sh, seq);
         *result = ACEMQ_AUDIT_NEW;
         return 1;
     }

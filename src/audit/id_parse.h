@@ -99,6 +99,25 @@ static inline int acemq__audit_split_fast(const char *id, size_t id_len, size_t 
     *sequence = (uint32_t)v;
     return 1;
 }
+
+/* The last eight bytes of the id that follows one ending in `last`: its
+ * sequence plus one, in as many digits (leading zeros kept), the producer's
+ * bytes unchanged. last must hold the id's ':' (as every id split_fast
+ * takes does). *ok is 0 when the sequence is all nines, whose successor
+ * needs one digit more (and so ends in other bytes): the caller then makes
+ * no guess. Without a branch: the highest byte that is not a '9' gains one,
+ * and every '9' above it becomes '0'; that byte is then a digit, or the
+ * ':' when every digit was a '9'. */
+static inline uint64_t acemq__audit_next_tail(uint64_t last, int *ok)
+{
+    uint64_t t = last ^ 0x3939393939393939u; /* a '9' is now 0 */
+    uint64_t not_nine =
+        (((t & 0x7F7F7F7F7F7F7F7Fu) + 0x7F7F7F7F7F7F7F7Fu) | t) & 0x8080808080808080u;
+    unsigned at = (unsigned)(63 - __builtin_clzll(not_nine)) & ~7u; /* its lowest bit */
+    uint64_t above = (~(uint64_t)0 << at) << 8;
+    *ok = ((last >> at) & 0xFF) - '0' <= 8;
+    return ((last + ((uint64_t)1 << at)) & ~above) | (0x3030303030303030u & above);
+}
 #endif
 
 /* 0 with *out filled, or ACEMQ_EINVAL with out->error set; out->producer is

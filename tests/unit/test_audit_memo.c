@@ -1,8 +1,11 @@
-/* test_audit_memo.c — the single-thread audit's producer memo
- * (src/audit/producer_memo.h): which offset and slots its build chooses,
- * its bookkeeping as producers come and go, and the audit that uses it
- * answering, id for id, as the thread-safe flavour (which has none) does,
- * through evictions that free or reuse the producers it points at.
+/* test_audit_memo.c — the single-thread audit's two shortcuts: the producer
+ * memo (src/audit/producer_memo.h), which offset and slots its build
+ * chooses and its bookkeeping as producers come and go; the guess at a
+ * producer's next text id (acemq__audit_next_tail, check_tail in audit.c);
+ * and the audit that takes both answering, id for id, as the thread-safe
+ * flavour (which has neither) does, through evictions that free or reuse
+ * the producers the memo points at, jumps, rollbacks, leading zeros and
+ * sequences that gain a digit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +19,7 @@
 
 #include "acemq/acemq.h"
 #include "audit/audit_internal.h"
+#include "audit/id_parse.h"
 #include "audit/producer_memo.h"
 
 enum { MAX_KEYS = 128, KEY_CAP = 96 };
@@ -169,7 +173,44 @@ static void memo_bookkeeping(void **state)
     assert_null(find(&m, &k, 0));
 }
 
-/* ---- the audit that uses it ---- */
+/* ---- the guess at the next id ---- */
+
+/* The tail of the id after `id` (whose last eight bytes are read), as text,
+ * or "" when there is no guess. */
+#ifdef ACEMQ__AUDIT_SWAR
+static const char *next_tail(const char *id, char out[9])
+{
+    uint64_t last;
+    memcpy(&last, id + strlen(id) - 8, 8);
+    int ok;
+    uint64_t next = acemq__audit_next_tail(last, &ok);
+    memcpy(out, &next, 8);
+    out[ok ? 8 : 0] = '\0';
+    return out;
+}
+#endif
+
+static void guess_counts_in_decimal(void **state)
+{
+    (void)state;
+#ifndef ACEMQ__AUDIT_SWAR
+    skip(); /* no one-word split here, and so no guess */
+#else
+    char t[9];
+    assert_string_equal(next_tail("ID:host-1:1:1:41", t), "1:1:1:42");
+    assert_string_equal(next_tail("ID:host-1:1:1:49", t), "1:1:1:50");
+    assert_string_equal(next_tail("ID:host-1:1:1:8", t), "-1:1:1:9");
+    assert_string_equal(next_tail("ID:host-1:1:1:1299", t), "1:1:1300");
+    assert_string_equal(next_tail("ID:host-1:1:1:0099", t), "1:1:0100"); /* zeros kept */
+    assert_string_equal(next_tail("ID:host-1:1:1:8999999", t), ":9000000");
+    /* All nines: the next id is a byte longer, so no guess. */
+    assert_string_equal(next_tail("ID:host-19:9", t), "");
+    assert_string_equal(next_tail("ID:host-1:1:1:99", t), "");
+    assert_string_equal(next_tail("ID:host-1:9999999", t), "");
+#endif
+}
+
+/* ---- the audit that uses them ---- */
 
 static acemq_audit *make(uint32_t depth, uint32_t producers, unsigned flags)
 {
@@ -212,6 +253,30 @@ static void audit_memo_holds_its_producers(void **state)
     acemq_audit_free(a);
 }
 
+/* A producer evicted for one whose key is its own but for the last ":1":
+ * the newcomer takes the evicted producer's memory, and must not take its
+ * guess, or the evicted producer's next id would pass for the newcomer's. */
+static void guess_leaves_with_its_producer(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 1, 0);
+    const char *a5 = "ID:host-1-1700000000000-1:1:1:1:5", *a6 = "ID:host-1-1700000000000-1:1:1:1:6";
+    const char *a7 = "ID:host-1-1700000000000-1:1:1:1:7", *b6 = "ID:host-1-1700000000000-1:1:1:6";
+    int cause = -1;
+    assert_int_equal(acemq_audit_check(a, a5, strlen(a5), &cause), ACEMQ_AUDIT_NEW);
+    /* Through the memo: the guess is now a7, after top 6. */
+    assert_int_equal(acemq_audit_check(a, a6, strlen(a6), &cause), ACEMQ_AUDIT_NEW);
+    /* Evicts a's producer; its top is 6 too. */
+    assert_int_equal(acemq_audit_check(a, b6, strlen(b6), &cause), ACEMQ_AUDIT_NEW);
+    /* a7's producer was evicted: its history is lost. */
+    assert_int_equal(acemq_audit_check(a, a7, strlen(a7), &cause), ACEMQ_AUDIT_NEW);
+    assert_int_equal(cause, ACEMQ_AUDIT_EVICTED);
+    acemq_audit_stats st;
+    assert_int_equal(acemq_audit_stats_get(a, &st), 0);
+    assert_int_equal(st.unknown_evicted, 1);
+    acemq_audit_free(a);
+}
+
 /* The plain flavour (memo) against the thread-safe one with one shard (the
  * same LRU, no memo), id for id, on a stream whose producers the memo can
  * and cannot tell apart, with evictions of producers it holds (their memory
@@ -238,7 +303,9 @@ static void audit_with_memo_answers_as_without(void **state)
     for (int max = 3; max <= 16; max += 13) { /* evictions, then none */
         acemq_audit *plain = make(64, (uint32_t)max, 0);
         acemq_audit *locked = make(64, (uint32_t)max, ACEMQ_AUDIT_THREAD_SAFE);
-        uint64_t cur[NP] = {0};
+        /* One producer's sequences grow from 6 digits to 7, and then to 8,
+         * past what the one-word split takes. */
+        uint64_t cur[NP] = {0, 0, 0, 9999000};
         srand(11);
         char id[KEY_CAP * 2];
         for (int i = 0; i < N; i++) {
@@ -252,7 +319,10 @@ static void audit_with_memo_answers_as_without(void **state)
                 seq = cur[k] += (uint64_t)(rand() % 300);
             const char *p = producers[k];
             size_t plen = strlen(p);
-            int n = snprintf(id, sizeof id, "%s:%llu", p, (unsigned long long)seq);
+            /* Now and then the sequence with leading zeros: the same id to
+             * the audit, another text to the guess. */
+            int n = snprintf(id, sizeof id, r % 13 == 5 ? "%s:00%llu" : "%s:%llu", p,
+                             (unsigned long long)seq);
             assert_true(n > 0 && (size_t)n < sizeof id);
             int c1 = -1, c2 = -1, a1, a2;
             if (r % 3 == 0) {
@@ -293,7 +363,9 @@ int main(void)
         cmocka_unit_test(memo_reads_where_producers_differ),
         cmocka_unit_test(memo_keys_it_cannot_tell_apart_go_missing),
         cmocka_unit_test(memo_bookkeeping),
+        cmocka_unit_test(guess_counts_in_decimal),
         cmocka_unit_test(audit_memo_holds_its_producers),
+        cmocka_unit_test(guess_leaves_with_its_producer),
         cmocka_unit_test(audit_with_memo_answers_as_without),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
