@@ -106,16 +106,17 @@ static inline int acemq__audit_split_fast(const char *id, size_t id_len, size_t 
  * takes does). *ok is 0 when the sequence is all nines, whose successor
  * needs one digit more (and so ends in other bytes): the caller then makes
  * no guess. Without a branch: the highest byte that is not a '9' gains one,
- * and every '9' above it becomes '0'; that byte is then a digit, or the
- * ':' when every digit was a '9'. */
+ * and every '9' above it becomes '0'. With t = last ^ "99999999" a '9' is
+ * a zero byte, so t's highest set bit lies in that byte; its place in the
+ * byte tells a digit from the ':' (every digit '0'..'8' gives 0x09..0x0F or
+ * 0x01, highest bit 3 or 0; the ':' gives 0x03, highest bit 1). */
 static inline uint64_t acemq__audit_next_tail(uint64_t last, int *ok)
 {
-    uint64_t t = last ^ 0x3939393939393939u; /* a '9' is now 0 */
-    uint64_t not_nine =
-        (((t & 0x7F7F7F7F7F7F7F7Fu) + 0x7F7F7F7F7F7F7F7Fu) | t) & 0x8080808080808080u;
-    unsigned at = (unsigned)(63 - __builtin_clzll(not_nine)) & ~7u; /* its lowest bit */
+    uint64_t t = last ^ 0x3939393939393939u;
+    unsigned top = (unsigned)(63 - __builtin_clzll(t)); /* t != 0: the ':' is there */
+    unsigned at = top & ~7u;                            /* the byte's lowest bit */
     uint64_t above = (~(uint64_t)0 << at) << 8;
-    *ok = ((last >> at) & 0xFF) - '0' <= 8;
+    *ok = (top & 7) != 1;
     return ((last + ((uint64_t)1 << at)) & ~above) | (0x3030303030303030u & above);
 }
 #endif

@@ -207,6 +207,19 @@ static void guess_counts_in_decimal(void **state)
     assert_string_equal(next_tail("ID:host-19:9", t), "");
     assert_string_equal(next_tail("ID:host-1:1:1:99", t), "");
     assert_string_equal(next_tail("ID:host-1:9999999", t), "");
+    /* Every sequence up to a million and one, plain and zero-padded to six
+     * digits, against its successor written out. */
+    char id[32], want[32];
+    for (unsigned long v = 0; v <= 1000001; v++) {
+        for (int padded = 0; padded < 2; padded++) {
+            const char *fmt = padded && v < 999999 ? "ID:host-7:1:%06lu" : "ID:host-7:1:%lu";
+            int n = snprintf(id, sizeof id, fmt, v);
+            int m = snprintf(want, sizeof want, fmt, v + 1);
+            next_tail(id, t);
+            if (m == n ? strcmp(t, want + m - 8) != 0 : t[0] != '\0')
+                fail_msg("after %s: got \"%s\", want \"%s\"", id, t, m == n ? want + m - 8 : "");
+        }
+    }
 #endif
 }
 
