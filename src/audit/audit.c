@@ -429,6 +429,10 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     a->split4 = acemq__audit_split4_supported();
     a->nshards = acemq__audit_shards(&opts, &a->shard_bits);
     atomic_init(&a->producers, 0);
+    /* Every audit's, even where a->one is no shard: acemq_audit_check reads
+     * it before it knows the flavour, and finds an empty memo in every
+     * flavour but the plain one (only memo_admitted fills it). */
+    acemq__memo_init(&a->one.memo);
     size_t ghosts = (size_t)opts.max_producers * GHOSTS_PER_PRODUCER;
     if (ghosts > DEFAULT_GHOSTS_MAX) ghosts = DEFAULT_GHOSTS_MAX;
     if (opts.max_evicted) ghosts = opts.max_evicted;
@@ -792,15 +796,17 @@ int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_
 #define NOT_TAKEN (-0x7FFF)
 
 /* The plain flavour's commonest text check, without the split: the producer
- * from the memo, and the id the one its last id led the audit to expect
- * (guess_next): the same length, the same last eight bytes, and the key
- * before them. Such an id is the producer's key, its ':' and the digits of
- * tail_top + 1, so it is the next sequence, and no digit need be converted.
- * The sequence was what the check's chain waited for last once the memo had
- * taken the hash off it (docs/performance.md, "The producer memo, and the
- * guess at the next id"). What is done then is what check_fast does with
- * the next sequence, and the guess moves on. NOT_TAKEN, with nothing
- * written, for every other id. */
+ * from the memo (empty in the other flavours, which leave here at once,
+ * having read nothing a check of theirs writes), and the id the one its
+ * last id led the audit to expect (guess_next): the same length, the same
+ * last eight bytes, and the key before them. Such an id is the producer's
+ * key, its ':' and the digits of tail_top + 1, so it is the next sequence,
+ * and no digit need be converted. The sequence was what the check's chain
+ * waited for last once the memo had taken the hash off it
+ * (docs/performance.md, "The producer memo, and the guess at the next
+ * id"). What is done then is what check_fast does with the next sequence,
+ * and the guess moves on. NOT_TAKEN, with nothing written, for every other
+ * id. */
 static inline __attribute__((always_inline)) int
 check_tail(acemq_audit *a, const char *id, size_t id_len, uint64_t last, int *cause)
 {
@@ -851,8 +857,7 @@ int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
 {
 #ifdef ACEMQ__AUDIT_SWAR
     /* 9..ACEMQ_AUDIT_ID_MAX bytes, as split_fast takes. */
-    if (__builtin_expect(a != NULL && a->plain && id != NULL &&
-                             id_len - 9 <= (size_t)ACEMQ_AUDIT_ID_MAX - 9,
+    if (__builtin_expect(a != NULL && id != NULL && id_len - 9 <= (size_t)ACEMQ_AUDIT_ID_MAX - 9,
                          1)) {
         uint64_t last = acemq__load8((const unsigned char *)id + id_len - 8);
         int rc = check_tail(a, id, id_len, last, cause);
