@@ -43,11 +43,12 @@
  * (recency, top, span, start); the second the lengths, the guess at the
  * next id (check_tail) and the key (up to 32 bytes of it). A check reads
  * those two lines and one ring word, and writes the first line, the word
- * and, for a text id of the plain flavour, the guess. The ring ends where the header begins
- * and runs backwards from there (acemq__ring_word), so the check finds its
- * word from the producer's address and the sequence alone: with the ring
- * after a key of varying room, it had first to load w.ring_end (still set,
- * for window.c), one more dependent load on every check.
+ * and, for a text id of the plain flavour, the guess. The ring ends where
+ * the header begins and runs backwards from there (acemq__ring_word), so
+ * the check finds its word from the producer's address and the sequence
+ * alone: with the ring after a key of varying room, it had first to load
+ * w.ring_end (still set, for window.c), one more dependent load on every
+ * check.
  *
  * Recency, two ways, one order. A small audit (max_producers up to
  * STAMP_MAX) stamps each use with the shard's clock, and eviction takes the
