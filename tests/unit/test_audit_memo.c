@@ -316,8 +316,8 @@ static void audit_with_memo_answers_as_without(void **state)
     for (int max = 3; max <= 16; max += 13) { /* evictions, then none */
         acemq_audit *plain = make(64, (uint32_t)max, 0);
         acemq_audit *locked = make(64, (uint32_t)max, ACEMQ_AUDIT_THREAD_SAFE);
-        /* One producer's sequences grow from 6 digits to 7, and then to 8,
-         * past what the one-word split takes. */
+        /* One producer's sequences grow from 7 digits to 8, past what the
+         * one-word split takes (the others' cross 9, 99 and 999). */
         uint64_t cur[NP] = {0, 0, 0, 9999000};
         srand(11);
         char id[KEY_CAP * 2];
