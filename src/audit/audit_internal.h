@@ -81,6 +81,21 @@ void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_
 /* Records seq: ACEMQ_AUDIT_NEW, _DUPLICATE, or _UNKNOWN with *cause set. */
 int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq, int *cause);
 
+/* The next sequence taken: seq == top + 1 (and not 0), known to the caller.
+ * Slides the window by one (see "Sliding by one" below) and records seq.
+ * acemq__window_check_fast_at's common case, and the audit's guess at the
+ * next id (check_tail in audit.c), which knows seq without converting it. */
+static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
+                                           const acemq__window_shape *sh, uint64_t seq)
+{
+    uint64_t span = w->span;
+    uint64_t pos = seq & sh->ring_mask;
+    uint64_t *word = acemq__ring_word(ring_end, pos);
+    if (__builtin_expect(span + 1 != sh->depth, 0)) w->span = span + 1;
+    w->top = seq;
+    *word |= (uint64_t)1 << (pos & 63);
+}
+
 /* acemq__window_check for the check path, inline: 1 with *result set when
  * seq is one of the two common cases, the next sequence or one inside the
  * window; 0, with nothing changed, for everything else (a jump ahead, a
@@ -127,17 +142,6 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
  * seq = 0 after top = 2^64 - 1, which is far behind, not next. Inside the
  * window, top - seq is 0..span; a seq above top wraps it to a large value,
  * and one below the floor gives more than span: both fail. */
-static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
-                                           const acemq__window_shape *sh, uint64_t seq)
-{
-    uint64_t span = w->span;
-    uint64_t pos = seq & sh->ring_mask;
-    uint64_t *word = acemq__ring_word(ring_end, pos);
-    if (__builtin_expect(span + 1 != sh->depth, 0)) w->span = span + 1;
-    w->top = seq;
-    *word |= (uint64_t)1 << (pos & 63);
-}
-
 static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_end,
                                               const acemq__window_shape *sh, uint64_t seq,
                                               int *result, uint64_t *duplicates)
