@@ -31,17 +31,16 @@ typedef struct acemq__window_shape {
  * (s & ring_mask) is set iff s was checked and not rolled back since the
  * window began. Bits of other positions are stale and never read.
  *
- * The window's floor is the lowest of those sequences, max(start,
- * top - (depth - 1)) (0 when top < depth - 1). span = top - floor is kept
- * beside top, so that the check path tells "inside or next" with one
- * subtraction and one comparison (acemq__window_check_fast_at). Whatever
- * moves top updates span. Kept as floor itself (until 2026-12-02), it
- * moved with every sequence once the window was full, and the check's
- * store of it waited on its load and three instructions; span then stays
- * at depth - 1 and is not written at all. */
+ * The window's floor, the lowest of those sequences, is max(start,
+ * top - (depth - 1)), and is not stored: a sequence is inside the window
+ * when top - seq < depth and start <= seq <= top, two comparisons made only
+ * for a sequence that is not the next one (acemq__window_check_fast_at). Until
+ * 2026-12-02 span = top - floor was kept beside top so that one comparison
+ * did, but then the next sequence, nine checks in ten, had to load span and
+ * compare it with depth - 1 to know whether it grew (docs/performance.md,
+ * "The window without its span"). */
 typedef struct acemq__window {
     uint64_t top;        /* highest sequence seen */
-    uint64_t span;       /* top - floor: see above */
     uint64_t start;      /* lowest sequence the window could ever record */
     uint64_t readmitted; /* 1: began after the producer was evicted */
     uint64_t *ring_end;  /* one past the ring's words, owned by whoever holds the window */
@@ -88,12 +87,9 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
 static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
                                            const acemq__window_shape *sh, uint64_t seq)
 {
-    uint64_t span = w->span;
     uint64_t pos = seq & sh->ring_mask;
-    uint64_t *word = acemq__ring_word(ring_end, pos);
-    if (__builtin_expect(span + 1 != sh->depth, 0)) w->span = span + 1;
     w->top = seq;
-    *word |= (uint64_t)1 << (pos & 63);
+    *acemq__ring_word(ring_end, pos) |= (uint64_t)1 << (pos & 63);
 }
 
 /* acemq__window_check for the check path, inline: 1 with *result set when
@@ -133,15 +129,17 @@ static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
  * sequence's stores are top (seq itself) and the ring word (its load and
  * one OR).
  *
- * Sliding by one: the floor stays at start, and span grows by one, until
- * the window spans depth sequences (span + 1 == depth); from then on the
- * floor follows top, and span stays. The position's bit is stale, from
- * ring_bits ago: setting it is all the slide needs.
+ * Sliding by one: top moves, and with it the floor once the window spans
+ * depth sequences; neither is more than top to write. The position's bit is
+ * stale, from ring_bits ago: setting it is all the slide needs.
  *
  * The next sequence is top + 1, and never 0: seq - top == 1 also holds for
  * seq = 0 after top = 2^64 - 1, which is far behind, not next. Inside the
- * window, top - seq is 0..span; a seq above top wraps it to a large value,
- * and one below the floor gives more than span: both fail. */
+ * window, back = top - seq is below depth and at most top - start. A seq
+ * below start gives more than top - start; so does a seq above top, whose
+ * back wraps to top + (2^64 - seq), more than top. The second test is not
+ * there for start alone: near 2^64 above a small top, back wraps to a value
+ * below depth (the unit test sequences_near_2_64 has such a case). */
 static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_end,
                                               const acemq__window_shape *sh, uint64_t seq,
                                               int *result, uint64_t *duplicates)
@@ -152,7 +150,8 @@ static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_e
         *result = ACEMQ_AUDIT_NEW;
         return 1;
     }
-    if (__builtin_expect(top - seq > w->span, 0)) return 0;
+    uint64_t back = top - seq;
+    if (__builtin_expect((back >= sh->depth) | (back > top - w->start), 0)) return 0;
     uint64_t seen = acemq__ring_test_and_set(ring_end, seq & sh->ring_mask);
     *result = (int)seen;
     *duplicates += seen;

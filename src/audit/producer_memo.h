@@ -72,6 +72,14 @@ static inline void *acemq__memo_find(const acemq__producer_memo *m, const unsign
     return m->slots[(acemq__load8(k + m->off) * m->mult) >> m->shift];
 }
 
+/* acemq__memo_find for a key with at least ACEMQ__MEMO_MAX_KEY bytes
+ * readable at k: no test of room, since the word read never ends past the
+ * longest key held (off + 8 <= the shortest key's length at the build). */
+static inline void *acemq__memo_find_roomy(const acemq__producer_memo *m, const unsigned char *k)
+{
+    return m->slots[(acemq__load8(k + m->off) * m->mult) >> m->shift];
+}
+
 /* p, with this key, has just entered the table: it takes its slot if the
  * slot is free, or counts as missing. Keys outside 17-32 bytes are ignored. */
 void acemq__memo_add(acemq__producer_memo *m, void *p, const unsigned char *key, size_t len);

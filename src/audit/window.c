@@ -31,13 +31,6 @@ size_t acemq__window_size(const acemq__window_shape *sh)
     return sh->words * sizeof(uint64_t);
 }
 
-/* span for the window's top and start (see acemq__window). */
-static void set_span(acemq__window *w, const acemq__window_shape *sh)
-{
-    uint64_t low = w->top >= sh->depth - 1 ? w->top - (sh->depth - 1) : 0;
-    w->span = w->top - (low > w->start ? low : w->start);
-}
-
 /* Sets seq's bit; 1 when it was already set. */
 static int test_and_set(acemq__window *w, const acemq__window_shape *sh, uint64_t seq)
 {
@@ -57,7 +50,6 @@ void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_
     else
         w->start = seq >= sh->depth - 1 ? seq - (sh->depth - 1) : 0;
     w->readmitted = readmitted != 0;
-    set_span(w, sh);
     (void)test_and_set(w, sh, seq);
 }
 
@@ -89,7 +81,6 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
         else
             clear_positions(w, sh, w->top + 1, ahead);
         w->top = seq;
-        set_span(w, sh);
         (void)test_and_set(w, sh, seq);
         return ACEMQ_AUDIT_NEW;
     }

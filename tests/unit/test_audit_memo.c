@@ -290,6 +290,27 @@ static void guess_leaves_with_its_producer(void **state)
     acemq_audit_free(a);
 }
 
+/* A guess taken at an all-nines sequence leaves no guess behind: the next
+ * id has a digit more, and the increment, with no digit left to gain, has
+ * turned the ':' into a ';'. An id ending in those bytes, at the same
+ * length, has no sequence, and must be refused, not taken as the next one. */
+static void no_guess_after_all_nines(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 64, 0);
+    char id[64];
+    for (int seq = 990; seq <= 999; seq++) {
+        snprintf(id, sizeof id, "ID:host-1-1700000000000-1:1:1:1:%d", seq);
+        assert_int_equal(acemq_audit_check(a, id, strlen(id), NULL), ACEMQ_AUDIT_NEW);
+    }
+    const char *semicolon = "ID:host-1-1700000000000-1:1:1:1;000";
+    assert_int_equal(acemq_audit_check(a, semicolon, strlen(semicolon), NULL), ACEMQ_EINVAL);
+    const char *next = "ID:host-1-1700000000000-1:1:1:1:1000";
+    assert_int_equal(acemq_audit_check(a, next, strlen(next), NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(acemq_audit_check(a, next, strlen(next), NULL), ACEMQ_AUDIT_DUPLICATE);
+    acemq_audit_free(a);
+}
+
 /* The plain flavour (memo) against the thread-safe one with one shard (the
  * same LRU, no memo), id for id, on a stream whose producers the memo can
  * and cannot tell apart, with evictions of producers it holds (their memory
@@ -379,6 +400,7 @@ int main(void)
         cmocka_unit_test(guess_counts_in_decimal),
         cmocka_unit_test(audit_memo_holds_its_producers),
         cmocka_unit_test(guess_leaves_with_its_producer),
+        cmocka_unit_test(no_guess_after_all_nines),
         cmocka_unit_test(audit_with_memo_answers_as_without),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
