@@ -279,8 +279,10 @@ int acemq__audit_split4_ids(const char *const *ids, const size_t *id_lens, size_
  * word's offset. All 0 in the other flavours, which have none. */
 void acemq__audit_memo_state(acemq_audit *a, size_t *producers, size_t *held, uint32_t *off);
 /* For tests: 0 when every producer in the memo's slots is one the table
- * holds now, in the slot its key leads to, and they number `held`; -1
- * otherwise (a producer left in the memo after it left the table, say). */
+ * holds now, in the slot its key leads to, and they number `held`, and
+ * every producer's guess at its next text id (if any) ends in the digits
+ * of its top + 1; -1 otherwise (a producer left in the memo after it left
+ * the table, say, or a guess left behind by a top that moved). */
 int acemq__audit_memo_verify(acemq_audit *a);
 /* Adds every counter of t into *sum. */
 void acemq__audit_stats_merge(acemq_audit_stats *sum, const acemq_audit_stats *t);

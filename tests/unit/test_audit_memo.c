@@ -311,6 +311,87 @@ static void no_guess_after_all_nines(void **state)
     acemq_audit_free(a);
 }
 
+static void check_new(acemq_audit *a, const char *id)
+{
+    assert_int_equal(acemq_audit_check(a, id, strlen(id), NULL), ACEMQ_AUDIT_NEW);
+}
+
+/* A guess is for its producer's present top. Here the top moves through the
+ * general check (an id of eight digits, which the fast split does not
+ * take), and the id the guess was made for, the same sequence in fewer
+ * digits, must then be a duplicate, not the sequence after. */
+static void guess_dropped_when_the_general_check_moves_top(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 64, 0);
+    check_new(a, "ID:host-1-1700000000000-1:1:1:1:4");
+    check_new(a, "ID:host-1-1700000000000-1:1:1:1:5"); /* the guess: ...:6 */
+    check_new(a, "ID:host-1-1700000000000-1:1:1:1:00000006");
+    assert_int_equal(acemq__audit_memo_verify(a), 0);
+    const char *six = "ID:host-1-1700000000000-1:1:1:1:6";
+    assert_int_equal(acemq_audit_check(a, six, strlen(six), NULL), ACEMQ_AUDIT_DUPLICATE);
+    check_new(a, "ID:host-1-1700000000000-1:1:1:1:7");
+    acemq_audit_free(a);
+}
+
+/* The same, when the top moves through the split entry point. */
+static void guess_dropped_when_a_split_id_moves_top(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 64, 0);
+    const char *key = "ID:host-1-1700000000000-1:1:1:1";
+    check_new(a, "ID:host-1-1700000000000-1:1:1:1:4");
+    check_new(a, "ID:host-1-1700000000000-1:1:1:1:5"); /* the guess: ...:6 */
+    assert_int_equal(acemq_audit_check_seq(a, key, strlen(key), 6, NULL), ACEMQ_AUDIT_NEW);
+    assert_int_equal(acemq__audit_memo_verify(a), 0);
+    const char *six = "ID:host-1-1700000000000-1:1:1:1:6";
+    assert_int_equal(acemq_audit_check(a, six, strlen(six), NULL), ACEMQ_AUDIT_DUPLICATE);
+    /* A split id inside the window leaves the top, and the guess, alone. */
+    assert_int_equal(acemq_audit_check_seq(a, key, strlen(key), 5, NULL), ACEMQ_AUDIT_DUPLICATE);
+    check_new(a, "ID:host-1-1700000000000-1:1:1:1:7");
+    acemq_audit_free(a);
+}
+
+/* A producer that made its guess while the memo held it, then lost its
+ * slot to a rebuild, is checked through the table (check_fast): its guess
+ * must go when its top moves there. Two 17-byte keys make the memo read
+ * within the first 17 bytes, where the three long producers are alike, so
+ * two of them lose their slots. */
+static void guess_dropped_when_the_table_moves_top(void **state)
+{
+    (void)state;
+    acemq_audit *a = make(2048, 64, 0);
+    static const char *const longs[] = {"ID:host-1-1700000000000-1:1:1:1",
+                                        "ID:host-1-1700000000000-1:1:1:2",
+                                        "ID:host-1-1700000000000-1:1:1:3"};
+    char id[64];
+    size_t producers, held;
+    uint32_t off;
+    for (int seq = 1; seq <= 2; seq++)
+        for (int i = 0; i < 3; i++) {
+            snprintf(id, sizeof id, "%s:%d", longs[i], seq);
+            check_new(a, id);
+        }
+    acemq__audit_memo_state(a, &producers, &held, &off);
+    assert_int_equal(producers, 3);
+    assert_int_equal(held, 3); /* each has a guess now: ...:3 */
+    check_new(a, "ID:h-17-bytes:1:1:1");
+    check_new(a, "ID:h-17-bytes:1:2:1");
+    acemq__audit_memo_state(a, &producers, &held, &off);
+    assert_int_equal(producers, 5);
+    assert_int_equal(held, 3); /* one long producer, and the short ones */
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof id, "%s:3", longs[i]);
+        check_new(a, id);
+    }
+    assert_int_equal(acemq__audit_memo_verify(a), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof id, "%s:3", longs[i]);
+        assert_int_equal(acemq_audit_check(a, id, strlen(id), NULL), ACEMQ_AUDIT_DUPLICATE);
+    }
+    acemq_audit_free(a);
+}
+
 /* The plain flavour (memo) against the thread-safe one with one shard (the
  * same LRU, no memo), id for id, on a stream whose producers the memo can
  * and cannot tell apart, with evictions of producers it holds (their memory
@@ -401,6 +482,9 @@ int main(void)
         cmocka_unit_test(audit_memo_holds_its_producers),
         cmocka_unit_test(guess_leaves_with_its_producer),
         cmocka_unit_test(no_guess_after_all_nines),
+        cmocka_unit_test(guess_dropped_when_the_general_check_moves_top),
+        cmocka_unit_test(guess_dropped_when_a_split_id_moves_top),
+        cmocka_unit_test(guess_dropped_when_the_table_moves_top),
         cmocka_unit_test(audit_with_memo_answers_as_without),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
