@@ -9,10 +9,7 @@
  * answered NEW or DUPLICATE is a DUPLICATE when checked again at once.
  * The input cut at '\n' into ids is also checked as one batch
  * (acemq_audit_check_many) on one audit and one id at a time on its twin:
- * every answer and cause must be the same. Where the processor has AVX2,
- * its first four lines also go through the batch's four-id split
- * (src/audit/id_split4.h), which must take them exactly when each is a
- * common id (below) and then answer as the reference.
+ * every answer and cause must be the same.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -20,13 +17,6 @@
 #include <string.h>
 
 #include "acemq/audit.h"
-
-/* The four-id split's test hooks, as src/audit/audit_internal.h declares
- * them: declared here because the lint reads this file without src/ on
- * its include path. */
-int acemq__audit_split4_supported(void);
-int acemq__audit_split4_ids(const char *const *ids, const size_t *id_lens, size_t *producer_len,
-                            uint64_t *sequence);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -85,40 +75,6 @@ static void make_audits(void)
     }
 }
 
-/* An id the four-id split takes: 9 bytes or more whose last ':' is one of
- * its last eight, followed by one to seven digits and nothing else. */
-static int common_id(const char *id, size_t len)
-{
-    if (len < 9 || len > ACEMQ_AUDIT_ID_MAX) return 0;
-    const char *producer;
-    size_t producer_len;
-    uint64_t seq;
-    if (reference(id, len, &producer, &producer_len, &seq) != 0) return 0;
-    return len - producer_len - 1 <= 7;
-}
-
-/* The four-id split on four lines, against the reference. */
-static void check_split4(const char *const *ids, const size_t *lens)
-{
-    static int supported = -1;
-    if (supported < 0) supported = acemq__audit_split4_supported();
-    if (!supported) return;
-    size_t len[4];
-    uint64_t seq[4];
-    int got = acemq__audit_split4_ids(ids, lens, len, seq);
-    int want = 1;
-    for (int g = 0; g < 4; g++)
-        want &= common_id(ids[g], lens[g]);
-    if (got != want) abort();
-    for (int g = 0; got && g < 4; g++) {
-        const char *producer;
-        size_t producer_len;
-        uint64_t s;
-        if (reference(ids[g], lens[g], &producer, &producer_len, &s) != 0) abort();
-        if (len[g] != producer_len || seq[g] != s) abort();
-    }
-}
-
 /* The input's lines through the batch entry point and one by one. */
 static void check_lines(const char *data, size_t size)
 {
@@ -133,7 +89,6 @@ static void check_lines(const char *data, size_t size)
         n++;
         at += len + 1;
     }
-    if (n >= 4) check_split4(ids, lens);
     int results[MAX_LINES], causes[MAX_LINES];
     for (int f = 0; f < 2; f++) {
         if (acemq_audit_check_many(g_many[f], ids, lens, n, results, causes) != 0) abort();

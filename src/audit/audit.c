@@ -26,7 +26,6 @@
 #include "audit/audit_internal.h"
 #include "audit/audit_key.h"
 #include "audit/id_parse.h"
-#include "audit/id_split4.h"
 #include "audit/producer_memo.h"
 #include "core/dlist.h"
 #include "core/shard_lock.h"
@@ -179,9 +178,6 @@ struct acemq_audit {
     /* Neither locked nor by list: the flavour whose fast check is inline in
      * the entry points, told apart by one test instead of two. */
     int plain;
-    /* The plain flavour's text batches split four ids at once with AVX2
-     * (id_split4.h): set where the processor has it. */
-    int split4;
     size_t ring_pad; /* bytes from a producer's allocation to its header: the ring, padded */
     unsigned shard_bits;
     unsigned nshards;
@@ -430,7 +426,6 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     a->stamped = opts.max_producers <= STAMP_MAX;
     a->locked = (opts.flags & ACEMQ_AUDIT_THREAD_SAFE) != 0;
     a->plain = !a->locked && a->stamped;
-    a->split4 = acemq__audit_split4_supported();
     a->nshards = acemq__audit_shards(&opts, &a->shard_bits);
     atomic_init(&a->producers, 0);
     /* Every audit's, even where a->one is no shard: acemq_audit_check reads
@@ -880,7 +875,9 @@ static __attribute__((noinline)) int check_text(acemq_audit *a, const char *id, 
     return check_general(a, p.producer, p.producer_len, p.sequence, cause);
 }
 
-int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
+/* acemq_audit_check, inline for the batch of the plain flavour. */
+static inline __attribute__((always_inline)) int check_one_text(acemq_audit *a, const char *id,
+                                                                size_t id_len, int *cause)
 {
 #ifdef ACEMQ__AUDIT_SWAR
     /* ACEMQ__MEMO_MAX_KEY..ACEMQ_AUDIT_ID_MAX bytes: the memo's word lies
@@ -902,23 +899,23 @@ int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
     return check_text(a, id, id_len, cause, 0, 0);
 }
 
+int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
+{
+    return check_one_text(a, id, id_len, cause);
+}
+
 /* ---- many ids in one call ----
  *
- * The check is not waiting on memory: the 64 producers' table, headers and
- * ring words stay in cache, and a version that parsed and hashed a block of
- * ids ahead and prefetched their slots, producers and ring words was slower
- * (more instructions, no miss left to hide). It is a chain of about 150
- * instructions per text id (parse, hash, slot, key, window, recency,
- * counters), each step waiting on the one before, and the processor
- * overlaps little of one id's chain with the next's. A loop inside the
- * audit pays a call's entry once per batch, and in the plain flavour it
- * takes the ids MANY_GROUP at a time (check_many_grouped): their parses,
- * hashes and slot reads written side by side, so that their chains run
- * together, then their windows one after the other, in order; on a
- * processor with AVX2, text ids four at a time, the next four split in
- * vector registers while these are checked (check_many_split4). Every
- * answer, cause, counter and recency update is the one the calls would
- * have made. */
+ * A loop inside the audit pays a call's entry once per batch. The plain
+ * flavour's batch is its one-id check, inline, id after id: the memo and,
+ * for text ids, the guess at the next id. Until 2026-12-02 it took ids in
+ * groups instead (their splits, hashes and slot reads side by side, text
+ * ids split four at a time with AVX2), which beat one call per id until
+ * the memo and the guess; against the one-id check inline it took 1.28
+ * times as long for text ids and 1.23 for split ones (docs/performance.md,
+ * "The batch through the one-id check"). The other flavours loop over the
+ * table's straight-line check (check_fast). Every answer, cause, counter
+ * and recency update is the one the calls would have made. */
 
 /* Where the ids come from: text ids, or split ones. */
 typedef struct many_src {
@@ -979,162 +976,6 @@ static inline __attribute__((always_inline)) int check_many_in(int text, int loc
     return 0;
 }
 
-/* Ids taken together by the batch check of the plain flavour: 3 when split
- * one by one, 4 when split with AVX2 (id_split4.h splits four). On the
- * benchmark stream (docs/performance.md, bench_audit) groups of 2, 3 and 4
- * were within 3 % of each other, 3 the fastest, and more were slower, their
- * values no longer fitting in registers. */
-#define MANY_GROUP 3
-#define SPLIT4_GROUP 4
-#define GROUP_MAX 4
-
-/* The group of ids i.. (group of them), split into key, len and seq when
- * ok (0: not all of them split). They are looked up first, and nothing is
- * written until every one of them is known to be a producer of 17 to 32
- * bytes that the table holds (the table changes only on the general path,
- * so their lookups stay true while the group's windows are written). Then
- * the windows, in order: a producer twice in a group sees its first id's
- * bits, as calls would. The group goes one id at a time through the one-id
- * entry point when it did not split or a lookup fails, and from the first
- * id whose window the fast case does not take (that entry point may admit
- * or evict, so the lookups after it are not reused). */
-static inline __attribute__((always_inline)) void
-group_check(int text, int group, acemq_audit *a, const many_src *src, size_t i, int ok,
-            const void *const *key, const size_t *len, const uint64_t *seq, int *results,
-            int *causes)
-{
-    shard *s = &a->one;
-    uint64_t hash[GROUP_MAX];
-    entry *p[GROUP_MAX];
-    int g;
-    if (__builtin_expect(!ok, 0)) goto one_at_a_time; /* len and seq may be unset */
-    for (g = 0; g < group; g++)
-        ok &= len[g] - 17 <= 15;
-    if (__builtin_expect(!ok, 0)) goto one_at_a_time;
-    for (g = 0; g < group; g++) {
-        hash[g] = key_hash_in(KEY_17_32, key[g], len[g]);
-        p[g] = fast_slot(s, hash[g]);
-    }
-    for (g = 0; g < group; g++)
-        ok &= fast_key(p[g], hash[g], key[g], len[g]);
-    if (__builtin_expect(!ok, 0)) goto one_at_a_time;
-    {
-        /* The shape, the clock and the counters in locals for the group:
-         * the windows' stores are of uint64_t, as these fields are, so the
-         * compiler would read them from memory again after each one. */
-        const acemq__window_shape shape = a->shape;
-        uint64_t clock = s->clock, duplicates = 0;
-        for (g = 0; g < group; g++) {
-            int rc;
-            /* guess_drop, decided before the window's stores (see check_memo). */
-            if (__builtin_expect(seq[g] - p[g]->w.top == 1 && p[g]->tail_len != 0, 0))
-                p[g]->tail_len = 0;
-            if (__builtin_expect(!acemq__window_check_fast_at(&p[g]->w, entry_ring(p[g]), &shape,
-                                                              seq[g], &rc, &duplicates),
-                                 0))
-                break;
-            p[g]->stamp = ++clock; /* a fast answer, counted by it (shard.answered) */
-            results[i + g] = rc;
-            if (causes) causes[i + g] = ACEMQ_AUDIT_CAUSE_NONE;
-        }
-        s->clock = clock;
-        s->answered_duplicates += duplicates;
-    }
-    for (; g < group; g++)
-        results[i + g] = many_one(text, a, src, i + g, causes);
-    return;
-one_at_a_time:
-    for (g = 0; g < group; g++)
-        results[i + g] = many_one(text, a, src, i + g, causes);
-}
-
-/* The plain flavour's batch, MANY_GROUP ids at a time, split one by one. */
-static inline __attribute__((always_inline)) int check_many_grouped(int text, acemq_audit *a,
-                                                                    const many_src *src, size_t n,
-                                                                    int *results, int *causes)
-{
-    size_t i = 0;
-    for (; i + MANY_GROUP <= n; i += MANY_GROUP) {
-        const void *key[MANY_GROUP];
-        size_t len[MANY_GROUP];
-        uint64_t seq[MANY_GROUP];
-        int ok = 1;
-        for (int g = 0; g < MANY_GROUP; g++)
-            ok &= many_take(text, src, i + g, &key[g], &len[g], &seq[g]);
-        group_check(text, MANY_GROUP, a, src, i, ok, key, len, seq, results, causes);
-    }
-    for (; i < n; i++)
-        results[i] = many_one(text, a, src, i, causes);
-    return 0;
-}
-
-#ifdef ACEMQ__AUDIT_SPLIT4
-/* The same for text ids, four at a time, split with AVX2 (id_split4.h) one
- * group ahead: the split reads only the ids, so the next group's runs
- * while this group's lookups and windows do, and the vector work's latency
- * is hidden. (Split in turn, the group's hashes waited for it, and the
- * batch was slower than with the scalar split. Hashing one group ahead as
- * well was slower again: the hashes went through memory.) */
-static __attribute__((noinline, target("avx2"))) int
-check_many_split4(acemq_audit *a, const many_src *src, size_t n, int *results, int *causes)
-{
-    size_t len[2][SPLIT4_GROUP], i = 0;
-    uint64_t seq[2][SPLIT4_GROUP];
-    int ok[2] = {0, 0}, cur = 0;
-    if (n >= SPLIT4_GROUP) ok[0] = acemq__audit_split4(src->ids, src->id_lens, len[0], seq[0]);
-    for (; i + SPLIT4_GROUP <= n; i += SPLIT4_GROUP, cur ^= 1) {
-        if (i + (size_t)2 * SPLIT4_GROUP <= n)
-            ok[cur ^ 1] =
-                acemq__audit_split4(src->ids + i + SPLIT4_GROUP, src->id_lens + i + SPLIT4_GROUP,
-                                    len[cur ^ 1], seq[cur ^ 1]);
-        const void *key[SPLIT4_GROUP];
-        for (int g = 0; g < SPLIT4_GROUP; g++)
-            key[g] = src->ids[i + g];
-        group_check(1, SPLIT4_GROUP, a, src, i, ok[cur], key, len[cur], seq[cur], results, causes);
-    }
-    for (; i < n; i++)
-        results[i] = many_one(1, a, src, i, causes);
-    return 0;
-}
-#endif
-
-#ifdef ACEMQ__AUDIT_SPLIT4
-__attribute__((target("avx2"))) int acemq__audit_split4_ids(const char *const *ids,
-                                                            const size_t *id_lens,
-                                                            size_t *producer_len,
-                                                            uint64_t *sequence)
-{
-    return acemq__audit_split4(ids, id_lens, producer_len, sequence);
-}
-#else
-int acemq__audit_split4_ids(const char *const *ids, const size_t *id_lens, size_t *producer_len,
-                            uint64_t *sequence)
-{
-    (void)ids;
-    (void)id_lens;
-    (void)producer_len;
-    (void)sequence;
-    return 0;
-}
-#endif
-
-int acemq__audit_split4_supported(void)
-{
-#ifdef ACEMQ__AUDIT_SPLIT4
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-#else
-    return 0;
-#endif
-}
-
-int acemq__audit_use_split4(acemq_audit *a, int on)
-{
-    if (on && !acemq__audit_split4_supported()) return ACEMQ_ENOTSUP;
-    a->split4 = on != 0;
-    return 0;
-}
-
 void acemq__audit_memo_state(acemq_audit *a, size_t *producers, size_t *held, uint32_t *off)
 {
     const acemq__producer_memo *m = &a->one.memo;
@@ -1190,10 +1031,11 @@ int acemq_audit_check_many(acemq_audit *a, const char *const *ids, const size_t 
 {
     if (!a || (n > 0 && (!ids || !id_lens || !results))) return ACEMQ_EINVAL;
     many_src src = {ids, id_lens, NULL, NULL, NULL};
-#ifdef ACEMQ__AUDIT_SPLIT4
-    if (a->plain && a->split4) return check_many_split4(a, &src, n, results, causes);
-#endif
-    if (a->plain) return check_many_grouped(1, a, &src, n, results, causes);
+    if (a->plain) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = check_one_text(a, ids[i], id_lens[i], causes ? &causes[i] : NULL);
+        return 0;
+    }
     if (a->locked) return check_many_locked(1, a, &src, n, results, causes);
     return check_many_in(1, 0, a, &src, n, results, causes);
 }
@@ -1205,7 +1047,12 @@ int acemq_audit_check_seq_many(acemq_audit *a, const void *const *producers,
     if (!a || (n > 0 && (!producers || !producer_lens || !sequences || !results)))
         return ACEMQ_EINVAL;
     many_src src = {NULL, NULL, producers, producer_lens, sequences};
-    if (a->plain) return check_many_grouped(0, a, &src, n, results, causes);
+    if (a->plain) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = check_entry(a, producers[i], producer_lens[i], producer_lens[i],
+                                     sequences[i], causes ? &causes[i] : NULL, 0, 0);
+        return 0;
+    }
     if (a->locked) return check_many_locked(0, a, &src, n, results, causes);
     return check_many_in(0, 0, a, &src, n, results, causes);
 }

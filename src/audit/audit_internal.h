@@ -264,16 +264,6 @@ int acemq__ghosts_take(acemq__ghosts *g, uint64_t hash);
 /* An audit whose key was evicted before: every producer's first id is
  * UNKNOWN (EVICTED), since the old audit may have seen any of them. */
 int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int lost_history);
-/* 1 when this processor can split four text ids at once (AVX2, id_split4.h),
- * which a new audit then does in its batches. */
-int acemq__audit_split4_supported(void);
-/* For tests: batches split with AVX2 (on) or one id at a time (0).
- * ACEMQ_ENOTSUP, nothing changed, for on where the processor cannot. */
-int acemq__audit_use_split4(acemq_audit *a, int on);
-/* For tests: acemq__audit_split4 (id_split4.h) on four ids, out of line.
- * Call only where acemq__audit_split4_supported(); elsewhere 0. */
-int acemq__audit_split4_ids(const char *const *ids, const size_t *id_lens, size_t *producer_len,
-                            uint64_t *sequence);
 /* For tests: what the plain flavour's producer memo (producer_memo.h) holds:
  * producers of 17-32 bytes in the table, those of them in a slot, and the
  * word's offset. All 0 in the other flavours, which have none. */
