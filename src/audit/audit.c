@@ -911,9 +911,9 @@ int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
  * for text ids, the guess at the next id. Until 2026-12-02 it took ids in
  * groups instead (their splits, hashes and slot reads side by side, text
  * ids split four at a time with AVX2), which beat one call per id until
- * the memo and the guess; against the one-id check inline it took 1.28
- * times as long for text ids and 1.23 for split ones (docs/performance.md,
- * "The batch through the one-id check"). The other flavours loop over the
+ * the memo and the guess; against the one-id check inline it took 1.3 to
+ * 1.4 times as long for text ids and 1.2 to 1.3 for split ones
+ * (docs/performance.md, "The batch through the one-id check"). The other flavours loop over the
  * table's straight-line check (check_fast). Every answer, cause, counter
  * and recency update is the one the calls would have made. */
 
