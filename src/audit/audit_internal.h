@@ -36,9 +36,9 @@ typedef struct acemq__window_shape {
  * when top - seq < depth and start <= seq <= top, two comparisons made only
  * for a sequence that is not the next one (acemq__window_check_fast_at). Until
  * 2026-12-02 span = top - floor was kept beside top so that one comparison
- * did, but then the next sequence, nine checks in ten, had to load span and
- * compare it with depth - 1 to know whether it grew (docs/performance.md,
- * "The window without its span"). */
+ * did, but then the next sequence, about nineteen checks in twenty on the
+ * benchmark stream, had to load span and compare it with depth - 1 to know
+ * whether it grew (docs/performance.md, "The window without its span"). */
 typedef struct acemq__window {
     uint64_t top;        /* highest sequence seen */
     uint64_t start;      /* lowest sequence the window could ever record */
