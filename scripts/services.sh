@@ -248,6 +248,14 @@ RMQ_BIN=/usr/lib/rabbitmq/bin
 # so the Erlang cookie the node creates there is private to this instance, and
 # rabbitmqctl, run the same way, finds the same one. Under root the node runs
 # as `rabbitmq`, which Debian's package creates, as postgres does above.
+#
+# The node's schedulers are not bound to CPUs (-stbt u, the Erlang runtime's
+# own default; RabbitMQ binds them, -stbt db, as if the node had the machine
+# to itself). Here it shares the CPUs with PostgreSQL and the tests, and a
+# bound scheduler that another process preempts cannot move to an idle CPU.
+# Measured with bench_relay on two vCPUs: the relay on PostgreSQL against a
+# raw publisher, median 0.954 unbound and 0.925 bound over 36 runs each, the
+# raw publisher as fast either way (docs/performance.md, bench_relay).
 as_rmq() {
     local env=(env HOME="$RMQ_DIR"
         RABBITMQ_NODENAME="$RMQ_NODE"
@@ -260,6 +268,7 @@ as_rmq() {
         RABBITMQ_LOG_BASE="$RMQ_DIR/log"
         RABBITMQ_PID_FILE="$RMQ_DIR/rabbitmq.pid"
         RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+        RABBITMQ_SCHEDULER_BIND_TYPE=u
         ERL_EPMD_ADDRESS=127.0.0.1)
     if [ "$(id -u)" -eq 0 ]; then
         runuser -u rabbitmq -- "${env[@]}" "$@"
