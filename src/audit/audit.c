@@ -1030,12 +1030,12 @@ int acemq_audit_check_many(acemq_audit *a, const char *const *ids, const size_t 
                            int *results, int *causes)
 {
     if (!a || (n > 0 && (!ids || !id_lens || !results))) return ACEMQ_EINVAL;
-    many_src src = {ids, id_lens, NULL, NULL, NULL};
     if (a->plain) {
         for (size_t i = 0; i < n; i++)
             results[i] = check_one_text(a, ids[i], id_lens[i], causes ? &causes[i] : NULL);
         return 0;
     }
+    many_src src = {ids, id_lens, NULL, NULL, NULL};
     if (a->locked) return check_many_locked(1, a, &src, n, results, causes);
     return check_many_in(1, 0, a, &src, n, results, causes);
 }
@@ -1046,13 +1046,13 @@ int acemq_audit_check_seq_many(acemq_audit *a, const void *const *producers,
 {
     if (!a || (n > 0 && (!producers || !producer_lens || !sequences || !results)))
         return ACEMQ_EINVAL;
-    many_src src = {NULL, NULL, producers, producer_lens, sequences};
     if (a->plain) {
         for (size_t i = 0; i < n; i++)
             results[i] = check_entry(a, producers[i], producer_lens[i], producer_lens[i],
                                      sequences[i], causes ? &causes[i] : NULL, 0, 0);
         return 0;
     }
+    many_src src = {NULL, NULL, producers, producer_lens, sequences};
     if (a->locked) return check_many_locked(0, a, &src, n, results, causes);
     return check_many_in(0, 0, a, &src, n, results, causes);
 }
