@@ -10,7 +10,7 @@
  *               [--batch N] [--window N] [--latency-inline] [--filter TEXT]
  *               [--queue classic-v2|classic-v2-lazy|classic-v1|quorum] [--broker-cpu N]
  *               [--delete-published] [--writer-busy-wait] [--consumer] [--parallel-db]
- *               [--quick]
+ *               [--control] [--quick]
  *
  * --filter runs only the cases whose name contains TEXT. --queue is the kind
  * of the durable queue every case publishes to, relay and peers alike:
@@ -34,6 +34,17 @@
  * The latency case runs the relay as `acemq relay` does (claimer and marker
  * threads on handles of their own); --latency-inline runs it on one handle,
  * claim, publish and mark in turn, as before.
+ *
+ * --reps N (9 by default) is how many turns each side of a throughput case
+ * takes, relay and raw publisher in turn, ABBA; the case prints the median
+ * of each side's rates and their ratio. A single turn's rate moves by a few
+ * percent from one turn to the next on a machine of two shared vCPUs, so
+ * the ratio of three turns a side spread about 0.05 either way from run to
+ * run; nine turns a side halve that (docs/performance.md, "The bench's own
+ * noise"). --control publishes with the raw publisher in the relay's turns
+ * too, after the same refill, and prints the ratio of two identical
+ * publishers, with no target: how far the ratio moves by itself. Its cases'
+ * names end in /control, and it measures no latency.
  *
  * --parallel-db lets the relay's claims and marks run at once, as
  * acemq relay --parallel-db does, instead of taking turns; its cases' names
@@ -89,6 +100,7 @@ typedef struct config {
     int delete_published; /* the relay deletes what it publishes (--delete-published) */
     int consumer;         /* a consumer empties the queue during every turn (--consumer) */
     int parallel_db;      /* the relay's claims and marks may overlap (--parallel-db) */
+    int control;          /* the raw publisher in the relay's turns too (--control) */
     char dir[256];
 } config;
 
@@ -716,7 +728,9 @@ static void unpin_at_exit(void)
 
 /* ------------------------------------------------------------ cases */
 
-/* The relay against the raw publisher, turn about, median of the reps. */
+/* The relay against the raw publisher, turn about, median of the reps.
+ * With --control the relay's turns (their refill included) publish with the
+ * raw publisher instead: what the ratio does when both sides are the same. */
 static void throughput_case(const config *cfg, FILE *out, const char *name, int pg, const char *url,
                             sqlite3 *db, PGconn *conn)
 {
@@ -727,7 +741,8 @@ static void throughput_case(const config *cfg, FILE *out, const char *name, int 
             bench_consumer *consumer = start_consumer(cfg, cfg->consumer);
             if ((turn + rep) % 2 == 0) {
                 refill(pg, db, conn, cfg->records);
-                a[rep] = run_relay(cfg, url, cfg->records);
+                a[rep] = cfg->control ? raw_publish(cfg->amqp_url, cfg->records, cfg->window)
+                                      : run_relay(cfg, url, cfg->records);
                 finish_consumer(consumer, cfg->records, "the relay");
             } else {
                 p[rep] = raw_publish(cfg->amqp_url, cfg->records, cfg->window);
@@ -736,15 +751,19 @@ static void throughput_case(const config *cfg, FILE *out, const char *name, int 
         }
     }
     double v = median(a, cfg->reps), pv = median(p, cfg->reps), ratio = v / pv;
-    printf("%-42s %10.0f  %-28s %10.0f %7.3f  >= 0.9  %s\n", name, v, "raw rabbitmq-c, confirms",
-           pv, ratio, ratio >= 0.9 ? "yes" : "NO");
+    const char *met = cfg->control ? "-" : ratio >= 0.9 ? "yes" : "NO";
+    printf("%-42s %10.0f  %-28s %10.0f %7.3f  %-7s %s\n", name, v, "raw rabbitmq-c, confirms", pv,
+           ratio, cfg->control ? "none" : ">= 0.9", met);
     fprintf(out,
             "{\"bench\":\"relay\",\"case\":\"%s\",\"value\":%.0f,\"unit\":\"records/s\","
             "\"peer\":\"raw rabbitmq-c publisher with confirms, window %d\",\"peer_value\":%.0f,"
-            "\"ratio\":%.4f,\"target\":\">= 0.9\",\"target_met\":%s,\"batch\":%d,"
-            "\"consumer\":%s}\n",
-            name, v, cfg->window, pv, ratio, ratio >= 0.9 ? "true" : "false", cfg->batch,
-            cfg->consumer ? "true" : "false");
+            "\"ratio\":%.4f,\"target\":\"%s\",\"target_met\":%s,\"batch\":%d,"
+            "\"consumer\":%s,\"reps\":%d}\n",
+            name, v, cfg->window, pv, ratio, cfg->control ? "none: a control" : ">= 0.9",
+            cfg->control   ? "null"
+            : ratio >= 0.9 ? "true"
+                           : "false",
+            cfg->batch, cfg->consumer ? "true" : "false", cfg->reps);
     fflush(out);
 }
 
@@ -752,10 +771,11 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
 {
     /* The cases' names, as printed, written to the JSON lines and matched
      * by --filter. */
-    char suffix[48]; /* the three suffixes together: 44 */
-    snprintf(suffix, sizeof suffix, "%s%s%s", cfg->delete_published ? "/delete-published" : "",
-             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "", cfg->parallel_db ? "/parallel-db" : "");
-    char throughput_name[80], latency_name[80], unconsumed_name[96];
+    char suffix[64]; /* the four suffixes together: 52 */
+    snprintf(suffix, sizeof suffix, "%s%s%s%s", cfg->delete_published ? "/delete-published" : "",
+             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "", cfg->parallel_db ? "/parallel-db" : "",
+             cfg->control ? "/control" : "");
+    char throughput_name[96], latency_name[96], unconsumed_name[112];
     snprintf(throughput_name, sizeof throughput_name, "throughput/%s%s", pg ? "postgres" : "sqlite",
              suffix);
     snprintf(latency_name, sizeof latency_name, "%s%s",
@@ -793,7 +813,7 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
      * over it (docs/performance.md, "The latency with the queue consumed"). */
     for (int consumed = 1; consumed >= 0; consumed--) {
         const char *name = consumed ? latency_name : unconsumed_name;
-        if (!bench_wanted(cfg->filter, name)) continue;
+        if (cfg->control || !bench_wanted(cfg->filter, name)) continue;
         if (cfg->delete_published)
             printf("%-42s not measured: latency is read from published rows' published_at,"
                    " and --delete-published keeps none\n",
@@ -811,7 +831,7 @@ int main(int argc, char **argv)
     bench_name = "bench_relay";
     config cfg = {.out_path = ACEMQ_SOURCE_DIR "/bench/results/latest.jsonl",
                   .records = 20000,
-                  .reps = 3,
+                  .reps = 9,
                   .batch = 500,
                   .window = 256,
                   .synchronous = ACEMQ_SYNC_FULL,
@@ -851,6 +871,8 @@ int main(int argc, char **argv)
             cfg.consumer = 1;
         else if (strcmp(argv[i], "--parallel-db") == 0)
             cfg.parallel_db = 1;
+        else if (strcmp(argv[i], "--control") == 0)
+            cfg.control = 1;
         else if (strcmp(argv[i], "--broker-cpu") == 0 && i + 1 < argc) {
             char *end = NULL;
             long v = strtol(argv[++i], &end, 10);
@@ -869,7 +891,7 @@ int main(int argc, char **argv)
                     " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
                     " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N]"
                     " [--delete-published] [--writer-busy-wait] [--consumer] [--parallel-db]"
-                    " [--quick]\n");
+                    " [--control] [--quick]\n");
             return 2;
         }
     }
