@@ -28,7 +28,14 @@ static void usage(FILE *f)
           f);
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fputs("\n'acemq <command> --help' describes one command.\n", f);
+    fputs("\n'acemq <command> --help' describes one command.\n"
+          "\n"
+          "Examples:\n"
+          "  acemq relay --outbox sqlite:/var/lib/shop/shop.db"
+          " --broker amqp://guest:guest@127.0.0.1:5672/\n"
+          "  acemq outbox status --outbox postgres://ops@db/shop\n"
+          "  acemq audit ids.txt\n",
+          f);
 }
 
 static const acemq__cli_command *find(const char *name)

@@ -149,6 +149,7 @@ check unknown-command 2 "$work/empty" "$acemq" frobnicate
 check_err unknown-command "unknown command 'frobnicate'"
 check help 0 "" "$acemq" --help
 grep -q '^  audit ' "$work/out" || fail "help: no audit in: $(cat "$work/out")"
+grep -q '^Examples:' "$work/out" || fail "help: no examples in: $(cat "$work/out")"
 check version 0 "" "$acemq" --version
 grep -qE '^acemq [0-9]+\.[0-9]+\.[0-9]+$' "$work/out" || fail "version: $(cat "$work/out")"
 check audit-help 0 "" "$acemq" audit --help
