@@ -22,7 +22,7 @@ rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || exit "$rc"
 if grep -q "tests did not run" "$log"; then
-    echo "ctest-strict: some tests did not run (listed above): a missing server or URL" >&2
+    echo "ctest-strict: some tests did not run (listed above): a server, its URL or a peer is missing" >&2
     exit 1
 fi
 if grep -q "No tests were found" "$log"; then
