@@ -19,7 +19,8 @@
  *
  * Ordering keys: records that share one are claimed one at a time, in the
  * order they were added; a record that waits, fails or is dead holds back its
- * own key and no other.
+ * own key and no other. (acemq_relay claims a key's records together and
+ * publishes them one unconfirmed at a time: docs/outbox.md.)
  *
  * The tables are documented in docs/schema.md, so a program in any language
  * can insert rows that acemq relays publish.

@@ -314,8 +314,9 @@ static int hand_out(acemq_outbox *h, int rc, const acemq_outbox_msg **msgs, size
     return 0;
 }
 
-int acemq_outbox_claim_batch(acemq_outbox *h, size_t max, int64_t lease_ms,
-                             const acemq_outbox_msg **msgs, size_t *n)
+/* claim_batch, or with runs the backend's claim_runs where it has one. */
+static int claim(acemq_outbox *h, size_t max, int64_t lease_ms, const acemq_outbox_msg **msgs,
+                 size_t *n, int runs)
 {
     CHECK_HANDLE(h);
     if (!msgs || !n) return acemq__outbox_fail(h, ACEMQ_EINVAL, "msgs and n must not be NULL");
@@ -326,7 +327,21 @@ int acemq_outbox_claim_batch(acemq_outbox *h, size_t max, int64_t lease_ms,
     if (lease_ms <= 0 || lease_ms > 7LL * 24 * 3600 * 1000)
         return acemq__outbox_fail(h, ACEMQ_EINVAL, "lease must be within 1 ms..7 days");
     acemq__outbox_batch_reset(h);
-    return hand_out(h, h->methods->claim_batch(h, max, lease_ms, now_of(h)), msgs, n);
+    int (*fn)(acemq_outbox *, size_t, int64_t, int64_t) = h->methods->claim_batch;
+    if (runs && h->methods->version >= 3 && h->methods->claim_runs) fn = h->methods->claim_runs;
+    return hand_out(h, fn(h, max, lease_ms, now_of(h)), msgs, n);
+}
+
+int acemq_outbox_claim_batch(acemq_outbox *h, size_t max, int64_t lease_ms,
+                             const acemq_outbox_msg **msgs, size_t *n)
+{
+    return claim(h, max, lease_ms, msgs, n, 0);
+}
+
+int acemq__outbox_claim_runs(acemq_outbox *h, size_t max, int64_t lease_ms,
+                             const acemq_outbox_msg **msgs, size_t *n)
+{
+    return claim(h, max, lease_ms, msgs, n, 1);
 }
 
 int acemq_outbox_mark_published_batch(acemq_outbox *h, const acemq_outbox_mark *marks, size_t n,

@@ -15,8 +15,8 @@
 #include "acemq/outbox.h"
 #include "core/url.h"
 
-/* 2: purge_batch and purge_pauses. */
-#define ACEMQ__OUTBOX_METHODS_VERSION 2
+/* 2: purge_batch and purge_pauses. 3: claim_runs. */
+#define ACEMQ__OUTBOX_METHODS_VERSION 3
 #define ACEMQ__DB_NOW INT64_MIN
 #define ACEMQ__PURGE_DONE (-1)
 
@@ -60,6 +60,12 @@ typedef struct acemq__outbox_methods {
     /* 1: a batch holds the whole database's write lock (SQLite), so a purge
      * pauses between batches for the application's writers to get in. */
     int purge_pauses;
+    /* Version 3. claim_batch, except that a keyed record is due when its
+     * key's oldest unpublished record is due and unleased: a key's pending
+     * records are claimed together, oldest first, and whoever claims them
+     * publishes them one at a time (the relay's waves.h). NULL: the relay
+     * claims with claim_batch. */
+    int (*claim_runs)(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now_ms);
 } acemq__outbox_methods;
 
 /* Where one message's strings and body start in the batch buffer (SIZE_MAX:
@@ -121,6 +127,12 @@ int acemq__outbox_fail_thread(int code, const char *fmt, ...) __attribute__((for
  * UUIDv7. */
 int acemq__outbox_prepare_record(const acemq_outbox_record *r, const acemq_outbox_add_options *o,
                                  char id_buf[ACEMQ_OUTBOX_ID_MAX + 1], char **headers_json);
+
+/* acemq_outbox_claim_batch with the backend's claim_runs where it has one
+ * (see there): for a publisher that keeps one record per ordering key
+ * unconfirmed at a time itself. */
+int acemq__outbox_claim_runs(acemq_outbox *h, size_t max, int64_t lease_ms,
+                             const acemq_outbox_msg **msgs, size_t *n);
 
 /* acemq_outbox_purge with a batch of its own (tests use a small one): adds
  * what it deletes to *purged, which also counts the batches that committed

@@ -42,6 +42,11 @@
  * a count waits twenty times its own duration before the next, since it
  * reads every pending record.
  *
+ * A claim takes an ordering key's due records together (claim_runs); a
+ * batch that holds several of one key goes out in waves (waves.h), one
+ * record per key unconfirmed at a time, sent and marked on the main thread
+ * with nothing else at the broker meanwhile.
+ *
  * Pipelining changes nothing about safety: the records of a batch stay
  * leased until they are marked, so no other claim takes them meanwhile, and
  * an ordering key's next record is not claimed while its predecessor is in
@@ -62,6 +67,8 @@
 #include "relay/gauges.h"
 #include "relay/logfmt.h"
 #include "relay/mark_job.h"
+#include "relay/waves.h"
+#include "outbox/outbox_backend.h"
 
 const double acemq_relay_latency_bounds_ms[ACEMQ_RELAY_LATENCY_BUCKETS - 1] = {
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000};
@@ -74,6 +81,7 @@ struct acemq_relay {
     acemq_publish_result *results;
     acemq__mark_job jobs[3];   /* step(): jobs[0]; run(): 0-1 the marker's, 2 inline */
     acemq__flight flights[3];  /* run() with a marker: claimed, sent, pending */
+    acemq__waves waves;        /* a batch with several records of a key; main thread */
     int pending;               /* the flight sent and not yet collected; -1 none */
     atomic_int stop_requested; /* acemq_relay_stop, from any thread */
     pthread_mutex_t db_turn;   /* held by a claim or a mark (see above) */
@@ -149,6 +157,7 @@ void acemq_relay_free(acemq_relay *r)
     acemq__flight_free(&r->flights[0]);
     acemq__flight_free(&r->flights[1]);
     acemq__flight_free(&r->flights[2]);
+    acemq__waves_free(&r->waves);
     free(r);
 }
 
@@ -185,11 +194,12 @@ static void db_turn_give(acemq_relay *r)
     if (!r->opts.parallel_db) pthread_mutex_unlock(&r->db_turn);
 }
 
-/* Claims on ob, in the relay's database turn. */
+/* Claims on ob, in the relay's database turn: a key's due records together
+ * (claim_runs), which the relay then publishes in waves (waves.h). */
 static int claim_batch(acemq_relay *r, acemq_outbox *ob, const acemq_outbox_msg **m, size_t *n)
 {
     db_turn_take(r);
-    int rc = acemq_outbox_claim_batch(ob, r->opts.batch, r->opts.lease_ms, m, n);
+    int rc = acemq__outbox_claim_runs(ob, r->opts.batch, r->opts.lease_ms, m, n);
     db_turn_give(r);
     return rc;
 }
@@ -225,6 +235,8 @@ static int settle(acemq_relay *r, acemq_outbox *ob, acemq__mark_job *j)
         case ACEMQ_PUBLISH_NACKED:
             nacked++;
             break;
+        case ACEMQ__PUBLISH_HELD:
+            break;
         default:
             unknown++;
             break;
@@ -255,6 +267,12 @@ static int settle(acemq_relay *r, acemq_outbox *ob, acemq__mark_job *j)
         log_event(r, "publish_failed", "id", id, "reason", reason);
         failed++;
     }
+    /* Held back behind a record of their key that was not confirmed: given
+     * back unsent, so the key goes on once that record does. */
+    uint64_t released = 0;
+    for (size_t i = 0; rc == 0 && i < j->n; i++)
+        if (j->outcome[i] == ACEMQ__PUBLISH_HELD)
+            released += acemq_outbox_release(ob, acemq__mark_job_id(j, i), j->token[i]) == 0;
     db_turn_give(r);
     if (unknown) {
         /* Not marked: they go again when their leases run out. The first
@@ -280,6 +298,7 @@ static int settle(acemq_relay *r, acemq_outbox *ob, acemq__mark_job *j)
     r->stats.returned += returned;
     r->stats.nacked += nacked;
     r->stats.unknown += unknown;
+    r->stats.released += released;
     r->stats.batches++;
     for (size_t i = 0, m = 0; i < j->n; i++) { /* marks[m] is record i's when confirmed */
         if (j->outcome[i] != ACEMQ_PUBLISH_CONFIRMED) continue;
@@ -307,11 +326,32 @@ static int release_unsent(acemq_relay *r, const acemq_outbox_msg *m, size_t n, i
     return prc;
 }
 
-/* Claims a batch and publishes it; fills j with the outcomes. *claimed gets
- * the batch's size; 0 with nothing claimed is not an error. */
-static int claim_and_publish(acemq_relay *r, acemq__mark_job *j, size_t *claimed)
+/* A batch with several records of one ordering key: published in waves
+ * (waves.h) and marked at once on the relay's own handle through j, the
+ * records held back released. Nothing else may be at the broker. Returns
+ * settle's answer, or the broker's error when a wave could not be sent. */
+static int publish_waves(acemq_relay *r, const acemq_outbox_msg *recs, const acemq_broker_msg *msgs,
+                         acemq_publish_result *results, size_t n, acemq__mark_job *j)
+{
+    int prc = acemq__waves_publish(&r->waves, r->b, msgs, n, results);
+    /* Out of memory: nothing is marked, the leases hand the records out again. */
+    if (acemq__mark_job_fill(j, recs, results, n) != 0)
+        return fail(r, ACEMQ_ENOMEM, "mark job", "out of memory");
+    int rc = settle(r, r->ob, j);
+    if (prc != 0) {
+        log_event(r, "broker_unavailable", "error", acemq_broker_errmsg(r->b), NULL, NULL);
+        rc = fail(r, prc, "publish", acemq_broker_errmsg(r->b));
+    }
+    return rc;
+}
+
+/* Claims a batch and publishes it; fills j with the outcomes, or marks them
+ * itself (*settled) when the batch went out in waves. *claimed gets the
+ * batch's size; 0 with nothing claimed is not an error. */
+static int claim_and_publish(acemq_relay *r, acemq__mark_job *j, size_t *claimed, int *settled)
 {
     *claimed = 0;
+    *settled = 0;
     j->n = 0;
     const acemq_outbox_msg *m;
     size_t n;
@@ -330,6 +370,12 @@ static int claim_and_publish(acemq_relay *r, acemq__mark_job *j, size_t *claimed
         bm->body = m[i].body;
         bm->body_len = m[i].body_len;
     }
+    int waved = acemq__waves_plan(&r->waves, m, n);
+    if (waved < 0) return fail(r, waved, "waves", "out of memory");
+    if (waved) {
+        *settled = 1;
+        return publish_waves(r, m, r->msgs, r->results, n, j);
+    }
     int prc = acemq_broker_publish(r->b, r->msgs, n, r->results);
     if (prc != 0) return release_unsent(r, m, n, prc);
     rc = acemq__mark_job_fill(j, m, r->results, n);
@@ -343,9 +389,10 @@ int acemq_relay_step(acemq_relay *r, size_t *claimed)
 {
     if (!r) return ACEMQ_EINVAL;
     size_t n = 0;
-    int rc = claim_and_publish(r, &r->jobs[0], &n);
+    int settled = 0;
+    int rc = claim_and_publish(r, &r->jobs[0], &n, &settled);
     if (claimed) *claimed = n;
-    if (rc != 0 || n == 0) return rc;
+    if (rc != 0 || n == 0 || settled) return rc;
     return settle(r, r->ob, &r->jobs[0]);
 }
 
@@ -600,15 +647,34 @@ static int pipelined_step(acemq_relay *r, marker *k, claimer *c, size_t *claimed
 {
     int i = -1, rc;
     size_t n = 0;
-    if (c && c->asked_flight >= 0) {
+    int ahead = c && c->asked_flight >= 0;
+    if (ahead) {
         rc = claimer_take(c, &i, &n);
     } else {
+        i = free_flight(r, -1);
+        rc = claim_into(r, r->ob, i, &n);
+    }
+    if (rc == 0 && n == 0 && (ahead || r->pending >= 0)) {
+        /* Claimed while earlier batches were unmarked: the next records of
+         * their ordering keys become due only once those are marked, and no
+         * wait would hear it (the marks are the relay's own). Look again
+         * after the marker is done. */
+        collect_pending(r, k);
+        marker_wait_free(k, 0);
+        marker_wait_free(k, 1);
         i = free_flight(r, -1);
         rc = claim_into(r, r->ob, i, &n);
     }
     *claimed = n;
     int full = rc == 0 && n == r->opts.batch;
     if (c && full) claimer_ask(c, free_flight(r, i));
+    int waved = rc == 0 && n > 0 ? acemq__waves_plan(&r->waves, r->flights[i].recs, n) : 0;
+    if (waved < 0) return fail(r, waved, "waves", "out of memory");
+    if (waved) { /* one send at a time from here: nothing may be outstanding */
+        collect_pending(r, k);
+        acemq__flight *f = &r->flights[i];
+        return publish_waves(r, f->recs, f->msgs, f->results, n, &r->jobs[2]);
+    }
     int sent = rc == 0 && n > 0 && send_flight(r, i, &rc);
     collect_pending(r, k);
     if (sent && full) r->pending = i;
@@ -706,7 +772,11 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
             continue;
         }
         broker_backoff = 0;
-        if (n == r->opts.batch) continue; /* more is likely waiting */
+        /* A claim that found anything is followed by another at once, not by
+         * a wait: its marks may have made records due (the next record of
+         * each ordering key it published), and a wait hears only other
+         * connections' commits. Only an empty claim waits for the poll. */
+        if (n > 0) continue;
         /* Waits in slices so a stop request is not kept waiting a whole poll. */
         int waited = 0;
         while (!stopping(r, stop) && waited < r->opts.poll_ms) {

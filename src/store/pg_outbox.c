@@ -96,6 +96,7 @@ static const char schema_sql[] =
 
 enum {
     Q_CLAIM,
+    Q_CLAIM_RUNS,
     Q_PUBLISH,
     Q_PUBLISH_DELETE,
     Q_PUBLISH_ONE,
@@ -130,6 +131,32 @@ static const struct {
                          " ORDER BY d.seq LIMIT $3 FOR UPDATE OF d SKIP LOCKED)"
                          " RETURNING " COLUMNS,
                  3},
+    /* The relay's claim (claim_runs): a keyed record is due when its key's
+     * oldest unpublished record (its head) is due and unleased, so a key's
+     * pending records are claimed together, oldest first. A key is claimed
+     * only with its head locked by this claim: a relay that skips a head
+     * another claim holds locked takes nothing of that key, so two relays
+     * never split one key's records between them. $1 now, $2 lease ms,
+     * $3 batch size. */
+    [Q_CLAIM_RUNS] = {"acemq_claim_runs",
+                      /* The head is joined LATERAL, not a subquery per row:
+                       * the planner then memoizes it per key. */
+                      NOW_CTE ", c AS (SELECT d.seq, d.ordering_key, h.seq AS head"
+                              " FROM t, acemq_outbox d LEFT JOIN LATERAL (SELECT p.seq,"
+                              "  p.state = 0 AND p.next_attempt_at <= t.now"
+                              "  AND (p.lease_until IS NULL OR p.lease_until <= t.now) AS free"
+                              "  FROM acemq_outbox p WHERE p.ordering_key = d.ordering_key"
+                              "  AND p.state <> 1 ORDER BY p.seq LIMIT 1) h ON true"
+                              " WHERE d.state = 0 AND d.next_attempt_at <= t.now"
+                              " AND (d.lease_until IS NULL OR d.lease_until <= t.now)"
+                              " AND (d.ordering_key IS NULL OR h.free)"
+                              " ORDER BY d.seq LIMIT $3 FOR UPDATE OF d SKIP LOCKED)"
+                              " UPDATE acemq_outbox o SET token = o.token + 1,"
+                              " lease_until = t.now + $2::bigint FROM t WHERE o.seq IN ("
+                              "SELECT c.seq FROM c"
+                              " WHERE c.ordering_key IS NULL OR c.head IN (SELECT seq FROM c))"
+                              " RETURNING " COLUMNS,
+                      3},
     /* $1 now, $2 ids, $3 tokens. */
     /* "(id, token) IN (SELECT ... unnest)", not a join with unnest(): the
      * join could be planned as a nested loop over the whole array for every
@@ -422,15 +449,25 @@ static int collect(acemq_outbox *h, PGresult *r)
     return rc;
 }
 
-static int pg_claim(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now)
+static int claim_with(acemq_outbox *h, int which, size_t max, int64_t lease_ms, int64_t now)
 {
     char nb[24], lb[24], mb[24];
     snprintf(lb, sizeof lb, "%lld", (long long)lease_ms);
     snprintf(mb, sizeof mb, "%zu", max);
     const char *v[] = {now_param(nb, now), lb, mb};
     PGresult *r;
-    int rc = run(h, Q_CLAIM, v, &r, 1);
+    int rc = run(h, which, v, &r, 1);
     return rc != 0 ? rc : collect(h, r);
+}
+
+static int pg_claim(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now)
+{
+    return claim_with(h, Q_CLAIM, max, lease_ms, now);
+}
+
+static int pg_claim_runs(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now)
+{
+    return claim_with(h, Q_CLAIM_RUNS, max, lease_ms, now);
 }
 
 /* A growable string, for array literals. */
@@ -786,6 +823,7 @@ static const acemq__outbox_methods pg_methods = {
 
     .wait = pg_wait,
     .purge_batch = pg_purge_batch,
+    .claim_runs = pg_claim_runs,
 };
 
 int acemq__outbox_open_pg(acemq_outbox *h, const char *conninfo)

@@ -75,8 +75,28 @@ static const char claim_sql[] =
     " ORDER BY o.seq LIMIT ?3)"
     " RETURNING " COLUMNS;
 
+/* The relay's claim (claim_runs): a keyed record is due when its key's
+ * oldest unpublished record is due and unleased, so a key's pending records
+ * are claimed together, oldest first, and the relay publishes them one at a
+ * time. A key's records never lease out of order: claims take whole
+ * prefixes of a key, and a key whose oldest record is leased, backing off or
+ * dead is passed over. ?1 now, ?2 lease_until, ?3 batch size. */
+static const char claim_runs_sql[] =
+    "UPDATE acemq_outbox SET token = token + 1, lease_until = ?2 WHERE seq IN ("
+    " SELECT o.seq FROM acemq_outbox o"
+    " WHERE o.state = 0 AND o.next_attempt_at <= ?1"
+    "  AND (o.lease_until IS NULL OR o.lease_until <= ?1)"
+    "  AND (o.ordering_key IS NULL OR ("
+    "   SELECT p.state = 0 AND p.next_attempt_at <= ?1"
+    "    AND (p.lease_until IS NULL OR p.lease_until <= ?1)"
+    "   FROM acemq_outbox p WHERE p.ordering_key = o.ordering_key AND p.state <> 1"
+    "   ORDER BY p.seq LIMIT 1))"
+    " ORDER BY o.seq LIMIT ?3)"
+    " RETURNING " COLUMNS;
+
 enum {
     ST_CLAIM,
+    ST_CLAIM_RUNS,
     ST_PUBLISH,
     ST_PUBLISH_DELETE,
     ST_EXISTS,
@@ -97,6 +117,7 @@ enum {
 
 static const char *const statement_sql[ST_COUNT] = {
     [ST_CLAIM] = claim_sql,
+    [ST_CLAIM_RUNS] = claim_runs_sql,
     [ST_PUBLISH] = "UPDATE acemq_outbox SET state = 1, published_at = ?1, lease_until = NULL"
                    " WHERE id = ?2 AND token = ?3 AND state = 0 AND lease_until IS NOT NULL",
     [ST_PUBLISH_DELETE] = "DELETE FROM acemq_outbox"
@@ -347,10 +368,10 @@ static int collect(acemq_outbox *h, sq *s, sqlite3_stmt *st, const char *doing)
     return code;
 }
 
-static int sq_claim(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now)
+static int claim_with(acemq_outbox *h, int which, size_t max, int64_t lease_ms, int64_t now)
 {
     sq *s = h->self;
-    sqlite3_stmt *st = s->st[ST_CLAIM];
+    sqlite3_stmt *st = s->st[which];
     (void)sqlite3_bind_int64(st, 1, now);
     (void)sqlite3_bind_int64(st, 2, now + lease_ms);
     (void)sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
@@ -358,6 +379,16 @@ static int sq_claim(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now)
     /* The UPDATE ran in its own implicit transaction. If copying failed
      * midway the claims stand, unseen: their leases hand them on. */
     return rc;
+}
+
+static int sq_claim(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now)
+{
+    return claim_with(h, ST_CLAIM, max, lease_ms, now);
+}
+
+static int sq_claim_runs(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now)
+{
+    return claim_with(h, ST_CLAIM_RUNS, max, lease_ms, now);
 }
 
 /* After a mark changed nothing: is the id there at all? */
@@ -616,6 +647,7 @@ static const acemq__outbox_methods sqlite_methods = {
     .wait = sq_wait,
     .purge_batch = sq_purge_batch,
     .purge_pauses = 1,
+    .claim_runs = sq_claim_runs,
 };
 
 int acemq__outbox_open_sqlite(acemq_outbox *h, const acemq__url *url)

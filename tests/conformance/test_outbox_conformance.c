@@ -454,6 +454,66 @@ static void ordering_keys_hold_back_only_their_own(void **state)
     acemq_outbox_close(h);
 }
 
+static size_t claim_runs(acemq_outbox *h, size_t max, int64_t lease, const acemq_outbox_msg **m)
+{
+    size_t n = 99999;
+    int rc = acemq__outbox_claim_runs(h, max, lease, m, &n);
+    if (rc != 0) fail_msg("claim_runs: %s: %s", acemq_err_name(rc), acemq_outbox_errmsg(h));
+    return n;
+}
+
+static void expect_ids(const acemq_outbox_msg *m, size_t n, const char *const *ids)
+{
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(m[i].id, ids[i]);
+}
+
+/* The relay's claim: a key's due records together, oldest first, only when
+ * the key's oldest unpublished record is due and unleased; a key whose
+ * oldest record is leased, backing off or dead gives nothing. */
+static void claim_runs_takes_a_keys_records_together(void **state)
+{
+    outbox_fixture *f = *state;
+    f->opts.jitter_percent = 0;
+    f->opts.backoff_base_ms = 1000;
+    f->opts.max_attempts = 2;
+    acemq_outbox *h = outbox_fixture_open(f);
+    const char *ids[] = {"A1", "B1", "A2", "C1", "B2", "A3", "free", "C2"};
+    const char *keys[] = {"A", "B", "A", "C", "B", "A", NULL, "C"};
+    add_committed(f, ids, keys, 8);
+    const acemq_outbox_msg *m;
+
+    /* The limit cuts a key's run after its oldest records, never before. */
+    assert_int_equal(claim_runs(h, 3, 30000, &m), 3);
+    expect_ids(m, 3, (const char *const[]){"A1", "B1", "A2"});
+    uint64_t a1 = m[0].token, a2 = m[2].token, b1 = m[1].token;
+    /* A and B are held by their leased oldest records: C and the keyless go. */
+    assert_int_equal(claim_runs(h, 10, 30000, &m), 3);
+    expect_ids(m, 3, (const char *const[]){"C1", "free", "C2"});
+
+    /* A1 fails; A2 is given back unsent, as the relay does: A waits for A1. */
+    assert_int_equal(acemq_outbox_mark_failed(h, "A1", a1, "nack"), 0);
+    assert_int_equal(acemq_outbox_release(h, "A2", a2), 0);
+    assert_int_equal(acemq_outbox_mark_published(h, "B1", b1), 0);
+    assert_int_equal(claim_runs(h, 10, 30000, &m), 1);
+    assert_string_equal(m[0].id, "B2");
+
+    /* After the back-off A's three go together, in order. */
+    advance(f, 1000);
+    assert_int_equal(claim_runs(h, 10, 30000, &m), 3);
+    expect_ids(m, 3, (const char *const[]){"A1", "A2", "A3"});
+    /* A1 fails for good: dead, it holds back A2 and A3 for a person. */
+    assert_int_equal(acemq_outbox_mark_failed(h, "A1", m[0].token, "poison"), 0);
+    assert_int_equal(acemq_outbox_release(h, "A2", m[1].token), 0);
+    assert_int_equal(acemq_outbox_release(h, "A3", m[2].token), 0);
+    advance(f, 86400000);
+    size_t n = claim_runs(h, 10, 30000, &m); /* the others' leases ran out meanwhile */
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++)
+        assert_true(m[i].id[0] != 'A');
+    acemq_outbox_close(h);
+}
+
 static void dead_record_holds_back_its_key(void **state)
 {
     outbox_fixture *f = *state;
@@ -1041,6 +1101,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(purge_in_batches_misses_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(delete_on_publish, setup, teardown),
         cmocka_unit_test_setup_teardown(ordering_keys_hold_back_only_their_own, setup, teardown),
+        cmocka_unit_test_setup_teardown(claim_runs_takes_a_keys_records_together, setup, teardown),
         cmocka_unit_test_setup_teardown(dead_record_holds_back_its_key, setup, teardown),
         cmocka_unit_test_setup_teardown(pending_counts_and_oldest_age, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_records_are_refused_and_write_nothing, setup, teardown),

@@ -250,8 +250,12 @@ static void ordering_key_survives_a_failure(void **state)
     world *w = *state;
     add_n(w, 4, "orders", "customer-1");
     acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_NACK, 1, 0);
-    drain(w); /* orders-0000 fails; the rest of its key waits */
+    drain(w); /* orders-0000 fails; the rest of its key, claimed with it, is held back */
     assert_int_equal(acemq__memory_broker_count(w->probe), 0);
+    acemq_relay_stats s;
+    acemq_relay_stats_get(w->r, &s);
+    assert_int_equal(s.failed, 1);
+    assert_int_equal(s.released, 3);
     acemq_manual_clock_advance(w->f.clock, 1000);
     drain(w);
     assert_int_equal(acemq__memory_broker_count(w->probe), 4);
@@ -302,13 +306,26 @@ static void db_enter(void)
     }
 }
 
-static int watched_claim(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now_ms)
+/* A claim, through the real method claim, counted. */
+static int watched(int (*claim)(acemq_outbox *, size_t, int64_t, int64_t), acemq_outbox *h,
+                   size_t max, int64_t lease_ms, int64_t now_ms)
 {
     db_enter();
     atomic_fetch_add(&db_claims_started, 1);
-    int rc = real_methods->claim_batch(h, max, lease_ms, now_ms);
+    int rc = claim(h, max, lease_ms, now_ms);
     atomic_fetch_sub(&db_inside, 1);
     return rc;
+}
+
+static int watched_claim(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now_ms)
+{
+    return watched(real_methods->claim_batch, h, max, lease_ms, now_ms);
+}
+
+/* The relay claims through claim_runs (a key's due records together). */
+static int watched_claim_runs(acemq_outbox *h, size_t max, int64_t lease_ms, int64_t now_ms)
+{
+    return watched(real_methods->claim_runs, h, max, lease_ms, now_ms);
 }
 
 static int watched_mark(acemq_outbox *h, const acemq_outbox_mark *marks, size_t n, int *status,
@@ -331,6 +348,7 @@ static void watch_db(acemq_outbox *h)
         real_methods = h->methods;
         watched_methods = *h->methods;
         watched_methods.claim_batch = watched_claim;
+        watched_methods.claim_runs = watched_claim_runs;
         watched_methods.mark_published = watched_mark;
     }
     h->methods = &watched_methods;
@@ -343,6 +361,7 @@ typedef struct pipe_spec {
     acemq_outbox *gauge_ob; /* the caller's, or NULL */
     int parallel_db;        /* acemq_relay_options.parallel_db */
     int watch_db;           /* every handle's claims and marks counted (watch_db) */
+    int poll_ms;            /* acemq_relay_options.poll_ms; 0: 5 */
 } pipe_spec;
 
 static void pipe_start_with(world *w, pipe_run *p, const pipe_spec *spec)
@@ -359,7 +378,7 @@ static void pipe_start_with(world *w, pipe_run *p, const pipe_spec *spec)
     acemq_relay_options o;
     acemq_relay_options_init(&o);
     o.batch = spec->batch;
-    o.poll_ms = 5;
+    o.poll_ms = spec->poll_ms ? spec->poll_ms : 5;
     o.mark_outbox = p->mark_ob;
     o.claim_outbox = p->claim_ob;
     o.gauge_outbox = spec->gauge_ob;
@@ -446,6 +465,57 @@ static void pipelined_run_marks_everything(void **state)
 static void pipelined_run_with_claimer_marks_everything(void **state)
 {
     pipelined_marks_everything(*state, 1);
+}
+
+/* A backlog over many ordering keys: each claim takes one record per key
+ * (a batch that is not full), and publishing them makes each key's next
+ * record due. The relay claims again at once instead of waiting for its
+ * poll, here an hour that no test outlives, so the backlog drains; each
+ * key's records still arrive in their order. */
+static void keyed_backlog_drains_without_waiting_for_the_poll(world *w, int claimer)
+{
+    enum { KEYS = 20, PER_KEY = 15, TOTAL = KEYS * PER_KEY };
+    outbox_sql(&w->f, NULL, "BEGIN");
+    for (int i = 0; i < TOTAL; i++) {
+        char id[32], key[32];
+        snprintf(id, sizeof id, "order-%04d", i);
+        snprintf(key, sizeof key, "customer-%02d", i % KEYS);
+        acemq_outbox_record r = {.id = id,
+                                 .destination = "orders",
+                                 .routing_key = "rk",
+                                 .ordering_key = key,
+                                 .body = "b",
+                                 .body_len = 1};
+        assert_int_equal(outbox_add(&w->f, NULL, &r, NULL), 0);
+    }
+    outbox_sql(&w->f, NULL, "COMMIT");
+    pipe_run p;
+    pipe_start_with(w, &p, &(pipe_spec){.batch = 100, .claimer = claimer, .poll_ms = 3600 * 1000});
+    pipe_wait(&p, TOTAL, TOTAL);
+    pipe_stop(&p);
+    assert_int_equal(acemq__memory_broker_count(w->probe), TOTAL);
+    int last[KEYS];
+    for (int k = 0; k < KEYS; k++)
+        last[k] = k - KEYS;
+    for (size_t i = 0; i < TOTAL; i++) {
+        char got[256];
+        stored_id(w, i, got, sizeof got);
+        int n;
+        assert_int_equal(sscanf(got, "order-%d", &n), 1);
+        assert_int_equal(n, last[n % KEYS] + KEYS); /* the next of its key */
+        last[n % KEYS] = n;
+    }
+    pipe_free(&p);
+}
+
+static void keyed_backlog_drains(void **state)
+{
+    keyed_backlog_drains_without_waiting_for_the_poll(*state, 0);
+}
+
+static void keyed_backlog_drains_with_claimer(void **state)
+{
+    keyed_backlog_drains_without_waiting_for_the_poll(*state, 1);
 }
 
 /* How many times the broker holds id. */
@@ -684,6 +754,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(pipelined_run_marks_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(pipelined_run_with_claimer_marks_everything, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(keyed_backlog_drains, setup, teardown),
+        cmocka_unit_test_setup_teardown(keyed_backlog_drains_with_claimer, setup, teardown),
         cmocka_unit_test_setup_teardown(pipelined_drop_leaves_both_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(pipelined_nack_fails_exactly_those, setup, teardown),
         cmocka_unit_test_setup_teardown(stop_releases_what_was_claimed_ahead, setup, teardown),
