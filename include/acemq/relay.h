@@ -8,7 +8,11 @@
  *   unknown            -> nothing: the broker may have it, so the record's lease
  *                         runs out and it is published again (a duplicate the
  *                         consumer's idempotency store absorbs), never lost;
- *   not sent at all    -> released (the broker was unreachable), due again at once.
+ *   not sent at all    -> released (the broker was unreachable, or an earlier
+ *                         record of its ordering key in the batch was not
+ *                         confirmed), due again at once.
+ * A batch holds an ordering key's due records together; they are published
+ * one unconfirmed at a time, in order (docs/outbox.md, "Ordering keys").
  * Several relays on one outbox share the work through the outbox's leases.
  */
 #ifndef ACEMQ_RELAY_H

@@ -58,7 +58,9 @@ size_t acemq__metrics_render(const acemq_relay_stats *s, int broker_blocked, cha
     counter(&o, "acemq_relay_unknown_total",
             "Records with no confirm (timeout, lost connection): left to their lease.", s->unknown);
     counter(&o, "acemq_relay_released_total",
-            "Records given back unsent because the broker was unreachable.", s->released);
+            "Records given back unsent: the broker was unreachable, or an earlier record "
+            "of their ordering key was not confirmed.",
+            s->released);
     gauge(&o, "acemq_outbox_pending", "Records waiting to be published (claimed or not).",
           (double)s->pending);
     gauge(&o, "acemq_outbox_dead", "Records past the attempt limit, kept for a person.",
