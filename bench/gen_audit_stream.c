@@ -7,7 +7,7 @@
  *
  *   gen_audit_stream [--ids N] [--producers P] [--redeliver F] [--window W]
  *                    [--seed S] [--out FILE] [--expect FILE]
- *                    [--no-loss] [--depth D] [--track T]
+ *                    [--no-loss | --lossy [--kinds FILE]] [--depth D] [--track T]
  *
  * Defaults: 2,000,000 ids, 64 producers, 5 % redeliveries, W = 1,000, seed 1,
  * stdout. Producer k (0-based) is "ID:host-<k>-1700000000000-1:1:1:1", the shape
@@ -42,6 +42,26 @@
  * lag it actually produced and prints it with the totals on stderr; --no-loss
  * makes it refuse (exit 2) options for which (1) or (2) fails against --depth
  * and --track (defaults 2,048 and 64).
+ *
+ * Lost history (--lossy). A stream on which an audit of depth D tracking T
+ * producers loses history, for checking what each audit still catches
+ * (tests/integration/audit_agreement.sh): the P producers are 4 busy ones,
+ * which take half the first deliveries, and P - 4 others, which take the
+ * rest, so that with P > T the others are evicted and come back all the
+ * time. A first delivery now and then skips a few sequences, delivered
+ * later ("late": out of order). A redelivery is one of:
+ *   near    one of the last W first deliveries, as above;
+ *   edge    a sequence D - 64 to R + 64 behind its producer's highest (R is
+ *           ActiveMQ's bit count, 64 * ((D + 1) / 64 + 1)): near, in and
+ *           past the slack that ActiveMQ's 64-bit bins keep beyond D;
+ *   return  a sequence 1 to 96 below the first id of a producer's latest
+ *           return after an eviction (the generator keeps the same exact
+ *           LRU of T producers as the audits);
+ *   again   one of the last 32 redeliveries, once more.
+ * --expect then says "duplicate" for an id delivered before and "new" for
+ * one that was not (the truth, which an audit that lost history cannot
+ * always know), and --kinds FILE writes the kind of each line (first, late,
+ * near, edge, return, again).
  *
  * Exit status: 0 written, 1 an I/O error, 2 usage.
  */
@@ -118,7 +138,7 @@ static void usage(const char *why)
     if (why) fprintf(stderr, "gen_audit_stream: %s\n", why);
     fputs("usage: gen_audit_stream [--ids N] [--producers P] [--redeliver F] [--window W]\n"
           "                        [--seed S] [--out FILE] [--expect FILE]\n"
-          "                        [--no-loss] [--depth D] [--track T]\n"
+          "                        [--no-loss | --lossy [--kinds FILE]] [--depth D] [--track T]\n"
           "  --ids N         lines to write (default 2000000)\n"
           "  --producers P   producers, interleaved at random (default 64)\n"
           "  --redeliver F   fraction of lines that are redeliveries (default 0.05)\n"
@@ -127,7 +147,10 @@ static void usage(const char *why)
           "  --out FILE      where the ids go (default stdout)\n"
           "  --expect FILE   also write new/duplicate per line, as a lossless audit answers\n"
           "  --no-loss       refuse options with which an audit of depth D tracking T\n"
-          "                  producers could lose history (--depth 2048, --track 64)\n",
+          "                  producers could lose history (--depth 2048, --track 64)\n"
+          "  --lossy         a stream that loses history in such an audit: evictions,\n"
+          "                  returns, redeliveries past the window's edge, late ids\n"
+          "  --kinds FILE    with --lossy: the kind of each line\n",
           stderr);
     exit(2);
 }
@@ -168,13 +191,176 @@ static void close_out(FILE *f, const char *path)
     }
 }
 
+/* ---- --lossy ---- */
+
+#define BUSY 4
+#define AGAIN 32
+#define RETURNS 64
+#define LATE 256
+
+/* Which sequences of one producer were delivered: a bitmap that grows. */
+typedef struct delivered {
+    uint64_t *bits;
+    uint64_t words;
+} delivered;
+
+static void *grow_or_die(void *p, size_t bytes)
+{
+    void *q = realloc(p, bytes);
+    if (!q) {
+        fprintf(stderr, "gen_audit_stream: out of memory\n");
+        exit(1);
+    }
+    return q;
+}
+
+/* Marks seq delivered; 1 when it already was. */
+static int deliver(delivered *d, uint64_t seq)
+{
+    uint64_t w = seq / 64;
+    if (w >= d->words) {
+        uint64_t n = d->words ? d->words : 16;
+        while (n <= w)
+            n *= 2;
+        d->bits = grow_or_die(d->bits, n * sizeof *d->bits);
+        memset(d->bits + d->words, 0, (n - d->words) * sizeof *d->bits);
+        d->words = n;
+    }
+    uint64_t bit = (uint64_t)1 << (seq % 64);
+    int was = (d->bits[w] & bit) != 0;
+    d->bits[w] |= bit;
+    return was;
+}
+
+/* The audits' producer LRU, exact: a use moves p to the front; a producer
+ * not held pushes the least recent one out when track are held. 1 when p
+ * was held. */
+static int lru_use(uint32_t *order, uint64_t *held, uint64_t track, uint32_t p)
+{
+    uint64_t at = 0;
+    while (at < *held && order[at] != p)
+        at++;
+    int was = at < *held;
+    if (!was) {
+        if (*held < track) ++*held;
+        at = *held - 1;
+    }
+    memmove(order + 1, order, at * sizeof *order);
+    order[0] = p;
+    return was;
+}
+
+typedef struct lossy_cfg {
+    uint64_t ids, depth, track;
+    uint32_t producers, window;
+    double redeliver;
+    FILE *out, *expect, *kinds;
+} lossy_cfg;
+
+static void lossy(const lossy_cfg *c)
+{
+    uint32_t np = c->producers;
+    uint64_t reach = 64 * ((c->depth + 1) / 64 + 1);
+    uint64_t edge_lo = c->depth > 64 ? c->depth - 64 : 1, edge_n = reach + 64 - edge_lo;
+    uint64_t *top = grow_or_die(NULL, np * sizeof *top); /* highest sequence given */
+    delivered *seen = grow_or_die(NULL, np * sizeof *seen);
+    uint32_t *order = grow_or_die(NULL, (size_t)(c->track < np ? c->track : np) * sizeof *order);
+    first_delivery *ring = grow_or_die(NULL, c->window * sizeof *ring);
+    first_delivery again[AGAIN] = {{0, 0}}, returns[RETURNS] = {{0, 0}}, late[LATE] = {{0, 0}};
+    memset(ring, 0, c->window * sizeof *ring);
+    memset(top, 0, np * sizeof *top);
+    memset(seen, 0, np * sizeof *seen);
+    uint64_t ring_len = 0, ring_head = 0, again_len = 0, returns_len = 0, late_len = 0;
+    uint64_t held = 0, track = c->track < np ? c->track : np;
+    uint64_t count[6] = {0}, dups = 0;
+    static const char *const kind_name[] = {"first", "late", "near", "edge", "return", "again"};
+    for (uint64_t n = 0; n < c->ids; n++) {
+        first_delivery d = {0, 0};
+        int kind = -1;
+        if (ring_len > 0 && rng_unit() < c->redeliver) {
+            uint64_t r = rng_below(100);
+            if (r >= 30 && r < 55) { /* edge: a recent producer, far back */
+                first_delivery f =
+                    ring[(ring_head + c->window - 1 - rng_below(ring_len)) % c->window];
+                uint64_t back = edge_lo + rng_below(edge_n);
+                if (back < top[f.producer]) {
+                    d.producer = f.producer;
+                    d.seq = top[f.producer] - back;
+                    kind = 3;
+                }
+            } else if (r >= 55 && r < 75 && returns_len > 0) {
+                first_delivery f =
+                    returns[rng_below(returns_len < RETURNS ? returns_len : RETURNS)];
+                uint64_t back = 1 + rng_below(96);
+                d.producer = f.producer;
+                d.seq = back < f.seq ? f.seq - back : 1;
+                kind = 4;
+            } else if (r >= 75 && again_len > 0) {
+                d = again[rng_below(again_len < AGAIN ? again_len : AGAIN)];
+                kind = 5;
+            }
+            if (kind < 0) { /* near, and what the others could not make */
+                d = ring[(ring_head + c->window - 1 - rng_below(ring_len)) % c->window];
+                kind = 2;
+            }
+            again[again_len++ % AGAIN] = d;
+        } else if (late_len > 0 && rng_below(50) == 0) {
+            uint64_t i = rng_below(late_len);
+            d = late[i];
+            late[i] = late[--late_len];
+            kind = 1;
+        } else {
+            /* Half to the busy producers, half to the others. */
+            uint32_t busy = np < BUSY ? np : BUSY;
+            d.producer = np == busy || rng_below(2) == 0 ? (uint32_t)rng_below(busy)
+                                                         : busy + (uint32_t)rng_below(np - busy);
+            /* Now and then a few sequences skipped, to come late. */
+            if (rng_below(50) == 0) {
+                uint64_t skip = 1 + rng_below(4);
+                for (uint64_t k = 1; k <= skip && late_len < LATE; k++)
+                    late[late_len++] = (first_delivery){d.producer, top[d.producer] + k};
+                top[d.producer] += skip;
+            }
+            d.seq = ++top[d.producer];
+            kind = 0;
+        }
+        /* Every line is a use of its producer in the audits' LRU; a first
+         * delivery from a producer not held, with ids before, is a return. */
+        int was_held = lru_use(order, &held, track, d.producer);
+        if (!was_held && kind == 0 && d.seq > 1) returns[returns_len++ % RETURNS] = d;
+        if (kind == 0 || kind == 1) {
+            ring[ring_head] = d;
+            ring_head = (ring_head + 1) % c->window;
+            if (ring_len < c->window) ring_len++;
+        }
+        int dup = deliver(&seen[d.producer], d.seq);
+        dups += (uint64_t)dup;
+        count[kind]++;
+        fprintf(c->out, PRODUCER_FMT ":%" PRIu64 "\n", d.producer, d.seq);
+        if (c->expect) fputs(dup ? "duplicate\n" : "new\n", c->expect);
+        if (c->kinds) fprintf(c->kinds, "%s\n", kind_name[kind]);
+    }
+    fprintf(stderr, "gen_audit_stream: --lossy: %" PRIu64 " ids, %" PRIu64 " seen before;", c->ids,
+            dups);
+    for (int k = 0; k < 6; k++)
+        fprintf(stderr, " %s %" PRIu64, kind_name[k], count[k]);
+    fprintf(stderr, "; %" PRIu32 " producers, depth %" PRIu64 ", track %" PRIu64 "\n", np, c->depth,
+            c->track);
+    for (uint32_t p = 0; p < np; p++)
+        free(seen[p].bits);
+    free(ring);
+    free(order);
+    free(seen);
+    free(top);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t ids = 2000000, seed = 1, depth = 2048, track = 64;
     uint32_t producers = 64, window = 1000;
     double redeliver = 0.05;
-    const char *out_path = NULL, *expect_path = NULL;
-    int no_loss = 0;
+    const char *out_path = NULL, *expect_path = NULL, *kinds_path = NULL;
+    int no_loss = 0, lossy_mode = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -212,14 +398,37 @@ int main(int argc, char **argv)
             if (!v) usage("--expect needs a value");
             expect_path = v;
             i++;
+        } else if (strcmp(a, "--kinds") == 0) {
+            if (!v) usage("--kinds needs a value");
+            kinds_path = v;
+            i++;
         } else if (strcmp(a, "--no-loss") == 0) {
             no_loss = 1;
+        } else if (strcmp(a, "--lossy") == 0) {
+            lossy_mode = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(NULL);
         } else {
             fprintf(stderr, "gen_audit_stream: unknown option %s\n", a);
             usage(NULL);
         }
+    }
+
+    if (no_loss && lossy_mode) usage("--no-loss and --lossy exclude each other");
+    if (kinds_path && !lossy_mode) usage("--kinds goes with --lossy");
+    if (lossy_mode) {
+        static char lossy_buf[1 << 20];
+        lossy_cfg c = {ids,  depth, track, producers, window, redeliver, open_out(out_path),
+                       NULL, NULL};
+        setvbuf(c.out, lossy_buf, _IOFBF, sizeof lossy_buf);
+        if (expect_path) c.expect = open_out(expect_path);
+        if (kinds_path) c.kinds = open_out(kinds_path);
+        rng_seed(seed);
+        lossy(&c);
+        close_out(c.out, out_path);
+        close_out(c.expect, expect_path);
+        close_out(c.kinds, kinds_path);
+        return 0;
     }
 
     /* The conditions argued at the top of this file. */

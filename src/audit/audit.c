@@ -617,7 +617,11 @@ static __attribute__((noinline)) int check_slow(acemq_audit *a, shard *s, entry 
                                                 int *cause)
 {
     int c = ACEMQ_AUDIT_CAUSE_NONE;
-    int result = acemq__window_check(&p->w, &a->shape, seq, &c);
+    /* Fail-open answers an UNKNOWN NEW, so it records it where the ring
+     * can (its next sighting is then a DUPLICATE, as in ActiveMQ, which
+     * records whatever falls in its window); fail-closed leaves it
+     * unrecorded, UNKNOWN again, for the durable store to decide. */
+    int result = acemq__window_check(&p->w, &a->shape, seq, a->policy == ACEMQ_AUDIT_FAIL_OPEN, &c);
     guess_drop(p, seq);
     if (cause) *cause = c;
     return answer(a, s, result, c);

@@ -18,30 +18,41 @@
 /* ---- window.c: one producer's sliding window of seen sequences ---- */
 
 /* The window's size, shared by every producer of an audit. The ring holds
- * ring_bits >= depth bits (a power of two, so a position is seq & ring_mask);
- * only the `depth` sequences ending at `top` are trusted. */
+ * ring_bits >= reach bits (a power of two, so a position is seq & ring_mask),
+ * and the `reach` sequences ending at `top` have exact bits: reach is the bit
+ * count of ActiveMQ's window for this depth, 64 * ((depth + 1) / 64 + 1),
+ * more than depth, so that every sequence ActiveMQ still remembers has its
+ * bit here too. The window proper, whose clear bits are answered NEW, is the
+ * `depth` sequences ending at `top` (and not below start). */
 typedef struct acemq__window_shape {
     uint64_t depth;
+    uint64_t reach;
     uint64_t ring_bits;
     uint64_t ring_mask;
     size_t words; /* ring_bits / 64 */
 } acemq__window_shape;
 
-/* Invariant: for every s with top - depth < s <= top and s >= start, bit
- * (s & ring_mask) is set iff s was checked and not rolled back since the
- * window began. Bits of other positions are stale and never read.
+/* Invariant: for every s with top - reach < s <= top, bit (s & ring_mask) is
+ * set iff s was recorded since the window began and not rolled back since.
+ * A check records every sequence it answers NEW and, when the audit answers
+ * UNKNOWN as NEW (fail-open), every UNKNOWN one within that reach; it never
+ * records one it answers UNKNOWN under fail-closed. The window began with
+ * its whole ring clear, and a slide clears the positions it brings in, so
+ * no bit within the reach is left from an older sequence. Bits of other
+ * positions are stale and never read.
  *
- * The window's floor, the lowest of those sequences, is max(start,
- * top - (depth - 1)), and is not stored: a sequence is inside the window
- * when top - seq < depth and start <= seq <= top, two comparisons made only
- * for a sequence that is not the next one (acemq__window_check_fast_at). Until
+ * The window's floor, the lowest sequence whose clear bit means NEW, is
+ * max(start, top - (depth - 1)), and is not stored: a sequence is inside
+ * the window when top - seq < depth and start <= seq <= top, two
+ * comparisons made only for a sequence that is not the next one
+ * (acemq__window_check_fast_at). Until
  * 2026-12-02 span = top - floor was kept beside top so that one comparison
  * did, but then the next sequence, about nineteen checks in twenty on the
  * benchmark stream, had to load span and compare it with depth - 1 to know
  * whether it grew (docs/performance.md, "The window without its span"). */
 typedef struct acemq__window {
     uint64_t top;        /* highest sequence seen */
-    uint64_t start;      /* lowest sequence the window could ever record */
+    uint64_t start;      /* lowest sequence whose clear bit means NEW */
     uint64_t readmitted; /* 1: began after the producer was evicted */
     uint64_t *ring_end;  /* one past the ring's words, owned by whoever holds the window */
 } acemq__window;
@@ -77,8 +88,13 @@ size_t acemq__window_size(const acemq__window_shape *sh);
  * exactly at seq; a new one reaches depth - 1 below it, so early stragglers count. */
 void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
                         int readmitted);
-/* Records seq: ACEMQ_AUDIT_NEW, _DUPLICATE, or _UNKNOWN with *cause set. */
-int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq, int *cause);
+/* Records seq: ACEMQ_AUDIT_NEW, _DUPLICATE (its bit set, wherever it lies
+ * within the reach), or _UNKNOWN with *cause set: outside the window, and its
+ * bit clear or beyond the reach. An UNKNOWN within the reach is recorded when
+ * record_unknown is set (the audit answers it NEW), so that it is a
+ * DUPLICATE next time. */
+int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
+                        int record_unknown, int *cause);
 
 /* The next sequence taken: seq == top + 1 (and not 0), known to the caller.
  * Slides the window by one (see "Sliding by one" below) and records seq.
@@ -158,7 +174,7 @@ static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_e
     return 1;
 }
 
-/* Clears seq's bit: 1 when it was set, 0 otherwise. */
+/* Clears seq's bit, within the reach: 1 when it was set, 0 otherwise. */
 int acemq__window_clear(acemq__window *w, const acemq__window_shape *sh, uint64_t seq);
 
 /* ---- lru.c: a map from byte-string keys to fixed-size payloads, in LRU order ---- */

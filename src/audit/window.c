@@ -1,5 +1,6 @@
-/* window.c — one producer's sliding bit window: which of the last `depth`
- * sequences were seen, in constant memory, with overflow-free 64-bit arithmetic.
+/* window.c — one producer's sliding bit window: which of the last `reach`
+ * sequences were seen (reach: ActiveMQ's bit count for the audit's depth), in
+ * constant memory, with overflow-free 64-bit arithmetic.
  *
  * The ring is indexed by seq & ring_mask, so sliding forward never moves bits:
  * it only clears the positions the new sequences will use. Sequences are
@@ -21,7 +22,13 @@ size_t acemq__pow2(size_t n)
 void acemq__window_shape_init(acemq__window_shape *sh, uint32_t depth)
 {
     sh->depth = depth;
-    sh->ring_bits = acemq__pow2(depth < 64 ? 64 : depth);
+    /* ActiveMQ's BitArrayBin for this depth: (depth + 1) / 64 + 1 bins of 64
+     * bits. Its window is those bins, aligned to multiples of 64, the last
+     * holding its highest sequence, so it remembers the last reach - 63 to reach
+     * sequences, depending on where the top sits in its bin. A ring that
+     * keeps the last reach sequences keeps all of them. */
+    sh->reach = 64 * ((uint64_t)(depth + 1) / 64 + 1);
+    sh->ring_bits = acemq__pow2((size_t)sh->reach);
     sh->ring_mask = sh->ring_bits - 1;
     sh->words = (size_t)(sh->ring_bits / 64);
 }
@@ -70,11 +77,19 @@ static void clear_positions(acemq__window *w, const acemq__window_shape *sh, uin
     }
 }
 
-int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq, int *cause)
+/* Why seq, outside the window, is UNKNOWN. */
+static int lost_cause(const acemq__window *w, uint64_t seq)
+{
+    if (seq < w->start) return w->readmitted ? ACEMQ_AUDIT_EVICTED : ACEMQ_AUDIT_BEFORE_START;
+    return ACEMQ_AUDIT_BEHIND_WINDOW;
+}
+
+int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
+                        int record_unknown, int *cause)
 {
     if (seq > w->top) {
         /* Ahead: the positions of top+1..seq held sequences now out of the
-         * window; clear them and move the top. top + 1 cannot wrap: seq > top. */
+         * ring's reach; clear them and move the top. top + 1 cannot wrap: seq > top. */
         uint64_t ahead = seq - w->top;
         if (ahead >= sh->ring_bits)
             memset(w->ring_end - sh->words, 0, sh->words * sizeof(uint64_t));
@@ -84,20 +99,33 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
         (void)test_and_set(w, sh, seq);
         return ACEMQ_AUDIT_NEW;
     }
-    if (seq < w->start) {
-        *cause = w->readmitted ? ACEMQ_AUDIT_EVICTED : ACEMQ_AUDIT_BEFORE_START;
+    uint64_t back = w->top - seq;
+    if (back >= sh->reach) {
+        /* No bit: nothing can be known or recorded. */
+        *cause = lost_cause(w, seq);
         return ACEMQ_AUDIT_UNKNOWN;
     }
-    if (w->top - seq >= sh->depth) {
-        *cause = ACEMQ_AUDIT_BEHIND_WINDOW;
-        return ACEMQ_AUDIT_UNKNOWN;
+    /* Within the ring's reach every bit is exact (see acemq__window), so a
+     * set one is a duplicate wherever it lies. */
+    uint64_t pos = seq & sh->ring_mask;
+    uint64_t bit = (uint64_t)1 << (pos & 63);
+    uint64_t *word = acemq__ring_word(w->ring_end, pos);
+    if (*word & bit) return ACEMQ_AUDIT_DUPLICATE;
+    if (seq >= w->start && back < sh->depth) {
+        *word |= bit;
+        return ACEMQ_AUDIT_NEW;
     }
-    return test_and_set(w, sh, seq) ? ACEMQ_AUDIT_DUPLICATE : ACEMQ_AUDIT_NEW;
+    /* A clear bit outside the window: seq may have been seen before the
+     * window began (or slid past depth). Recorded when the caller answers it
+     * NEW, so that its next sighting is a DUPLICATE. */
+    if (record_unknown) *word |= bit;
+    *cause = lost_cause(w, seq);
+    return ACEMQ_AUDIT_UNKNOWN;
 }
 
 int acemq__window_clear(acemq__window *w, const acemq__window_shape *sh, uint64_t seq)
 {
-    if (seq > w->top || seq < w->start || w->top - seq >= sh->depth) return 0;
+    if (seq > w->top || w->top - seq >= sh->reach) return 0;
     uint64_t pos = seq & sh->ring_mask;
     uint64_t bit = (uint64_t)1 << (pos & 63);
     uint64_t *word = acemq__ring_word(w->ring_end, pos);

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # audit_agreement.sh — acemq's message audit against ActiveMQ's own
-# (ActiveMQMessageAuditNoSync) on a stream that loses no history: both must give
-# the generator's expected answer for every id, line for line (issue 3).
+# (ActiveMQMessageAuditNoSync), on two kinds of stream (issues 3 and 37):
+#
+# - one that loses no history: acemq (fail-closed) and ActiveMQ must both
+#   give the generator's expected answer for every id, line for line;
+# - streams that lose history (gen_audit_stream --lossy: more producers than
+#   the LRU holds, evictions and returns, redeliveries near and past the
+#   window's edge, below a returned producer's first id, and again; ids out
+#   of order), at ActiveMQ's defaults and at depth 100 with 8 producers. The
+#   rule there: every id ActiveMQ answers duplicate, acemq answers duplicate
+#   (fail-open, its default); and acemq answers duplicate only to an id that
+#   was delivered before (the generator knows), under either policy. The
+#   streams must make ActiveMQ catch redeliveries of each lossy kind (edge,
+#   return, again), so that the rule is tested where history is lost.
 #
 #   audit_agreement.sh ACEMQ GEN_AUDIT_STREAM ACTIVEMQ_PEER [IDS]
 #
 # ACEMQ is the `acemq` tool, GEN_AUDIT_STREAM bench/gen_audit_stream, and
-# ACTIVEMQ_PEER bench/peers/activemq-peer.sh. IDS defaults to 200,000.
-# Exit status: 0 all three agree; 1 a disagreement (the first differing line is
-# printed) or a tool failed; 3 skipped: no Java or no ActiveMQ jars (ctest's
-# SKIP_RETURN_CODE), reported only after acemq was checked against the
-# expected answers, so a missing JDK never hides an acemq failure.
+# ACTIVEMQ_PEER bench/peers/activemq-peer.sh. IDS (per stream) defaults to
+# 200,000. Exit status: 0 all agree; 1 a disagreement (the first differing
+# line is printed) or a tool failed; 3 skipped: no Java or no ActiveMQ jars
+# (ctest's SKIP_RETURN_CODE), reported only after acemq was checked against
+# the generator on every stream, so a missing JDK never hides an acemq
+# failure.
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
@@ -70,6 +82,58 @@ if [ "$rc" -ne 0 ]; then
 fi
 compare acemq "$work/acemq.out"
 
+# The lossy streams: NAME DEPTH TRACK PRODUCERS WINDOW, one a line.
+lossy_streams='default 2048 64 100 1000
+small 100 8 12 100'
+
+# run_acemq NAME DEPTH TRACK OUT [--fail-closed]: acemq's answers on stream NAME.
+run_acemq() {
+    local name=$1 d=$2 t=$3 out=$4
+    shift 4
+    local rc=0
+    "$acemq" audit "$@" --depth "$d" --producers "$t" "$work/$name.ids" >"$out" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "audit_agreement: $name: acemq audit $* exited $rc" >&2
+        exit 1
+    fi
+}
+
+# seen_only NAME WHO ANSWERS: every duplicate in ANSWERS is an id delivered before.
+seen_only() {
+    local name=$1 who=$2 got=$3
+    paste -d '\t' "$work/$name.ids" "$work/$name.expect" "$got" | awk -F '\t' \
+        -v who="$who" -v name="$name" '
+        NF != 3 { printf "audit_agreement: %s: %s: no answer at line %d\n", name, who, NR; bad = 1; exit }
+        $3 == "duplicate" && $2 != "duplicate" {
+            printf "audit_agreement: %s: %s answered duplicate at line %d to %s, never delivered before\n",
+                   name, who, NR, $1; bad = 1; exit }
+        END { exit bad }' || exit 1
+}
+
+while read -r name d t np w; do
+    "$gen" --ids "$ids" --lossy --producers "$np" --window "$w" --redeliver 0.2 --depth "$d" \
+        --track "$t" --out "$work/$name.ids" --expect "$work/$name.expect" \
+        --kinds "$work/$name.kinds" 2>"$work/gen.log" || {
+        cat "$work/gen.log" >&2
+        echo "audit_agreement: gen_audit_stream --lossy failed" >&2
+        exit 1
+    }
+    run_acemq "$name" "$d" "$t" "$work/$name.open"
+    run_acemq "$name" "$d" "$t" "$work/$name.closed" --fail-closed
+    run_acemq "$name" "$d" "$t" "$work/$name.count" --fail-closed --count
+    seen_only "$name" "acemq" "$work/$name.open"
+    seen_only "$name" "acemq --fail-closed" "$work/$name.closed"
+    # The stream must lose history in acemq's audit, both ways.
+    for cause in unknown_evicted unknown_behind_window; do
+        if ! awk -v c="$cause" '$1 == c && $2 > 0 { found = 1 } END { exit !found }' \
+            "$work/$name.count"; then
+            echo "audit_agreement: $name: the lossy stream has no $cause; nothing would be tested" >&2
+            exit 1
+        fi
+    done
+    echo "audit_agreement: $name lossy stream: acemq answers duplicate only to ids delivered before"
+done <<<"$lossy_streams"
+
 # A small heap: the decisions stream holds little (the peer's default is
 # sized for the 2,000,000-id timing run).
 export ACEMQ_PEER_JAVA_OPTS=${ACEMQ_PEER_JAVA_OPTS:--Xmx256m -XX:+UseSerialGC}
@@ -88,3 +152,42 @@ if [ "$rc" -ne 0 ]; then
 fi
 compare activemq "$work/activemq.out"
 echo "audit_agreement: $ids ids, $dups redeliveries: acemq = ActiveMQ = expected"
+
+while read -r name d t np w; do
+    rc=0
+    "$peer" --decisions --depth "$d" --producers "$t" "$work/$name.ids" \
+        >"$work/$name.activemq" 2>"$work/peer.log" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        cat "$work/peer.log" >&2
+        echo "audit_agreement: $name: activemq-peer.sh exited $rc" >&2
+        exit 1
+    fi
+    # Every ActiveMQ duplicate is an acemq duplicate (fail-open); and, per
+    # kind of line, ActiveMQ's duplicates, which the lossy kinds must have.
+    paste -d '\t' "$work/$name.ids" "$work/$name.kinds" "$work/$name.open" \
+        "$work/$name.activemq" | awk -F '\t' -v name="$name" '
+        NF != 4 { printf "audit_agreement: %s: ActiveMQ: no answer at line %d\n", name, NR; bad = 1; exit }
+        $4 == "duplicate" {
+            amq[$2]++
+            if ($3 != "duplicate") {
+                printf "audit_agreement: %s: line %d (%s): %s: ActiveMQ said duplicate, acemq %s\n",
+                       name, NR, $2, $1, $3
+                bad = 1; exit
+            }
+        }
+        $3 == "duplicate" && $4 != "duplicate" { more++ }
+        END {
+            if (bad) exit 1
+            split("edge return again", lossy, " ")
+            for (i = 1; i in lossy; i++)
+                if (amq[lossy[i]] == 0) {
+                    printf "audit_agreement: %s: ActiveMQ caught no %s redelivery; the stream tests nothing there\n",
+                           name, lossy[i]
+                    exit 1
+                }
+            printf "audit_agreement: %s lossy stream: every ActiveMQ duplicate is an acemq duplicate", name
+            printf " (edge %d, return %d, again %d, near %d); acemq caught %d more\n",
+                   amq["edge"], amq["return"], amq["again"], amq["near"], more
+        }' || exit 1
+    seen_only "$name" "ActiveMQ" "$work/$name.activemq"
+done <<<"$lossy_streams"
