@@ -6,15 +6,26 @@
  *
  * Invariants a reader must keep:
  *
- *   Tokens. A row's token only ever grows. A new claim of an existing row takes
- *   token + 1 (released rows are kept, not deleted, precisely so that their
- *   token survives); a brand-new row starts at max(1, now_ms). Purge deletes a
- *   row only after it sat idle for the retention period, so a row created
- *   later starts at a wall-clock time larger than every token the forgotten row
- *   handed out (unless that row was claimed more than once per millisecond on
- *   average over its whole life plus the retention period). A token must never
- *   repeat for an id: a stale holder whose token came back would confirm work it
- *   did not do.
+ *   Tokens. A token never repeats for an id, whatever was rolled back, purged
+ *   or forgotten: a holder whose token came back would confirm, release or
+ *   renew a claim that is not its own. A token is (ms << TOKEN_ISSUE_BITS) |
+ *   issue. ms is max(1, now_ms) (now_ms past the year 2109 counts as the
+ *   largest ms there is room for), raised to one above the ms of the token the
+ *   row holds, so on a row a committed claim's token is larger than every
+ *   token before it. issue is the low bits of a process-wide counter that
+ *   starts at a random value (again in a forked child), so two claims in one
+ *   process get different issues until 2^TOKEN_ISSUE_BITS claims went by.
+ *   Rows alone cannot keep tokens apart: a claim inside the caller's
+ *   transaction is rolled back with it, row and all, while its holder keeps
+ *   the token, and the next claim reads the very row that claim read. Two
+ *   claims that read the same row at the same ms differ in their issue:
+ *   always within a process, and between processes unless their random
+ *   counters meet, one chance in 2^TOKEN_ISSUE_BITS. Released rows are kept,
+ *   not deleted, so their ms survives; purge deletes a row only after it sat
+ *   idle for the retention period, so a row created later starts at an ms
+ *   above every token the forgotten row handed out (unless that row was
+ *   claimed more than once per ms on average over its whole life plus the
+ *   retention period), and in any case with another issue.
  *
  *   Columns by state. Claimed (1): lease_until set, expires_at NULL.
  *   Confirmed (2) and released (0): lease_until NULL, expires_at set. The
@@ -38,13 +49,16 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "acemq/sqlite.h"
 #include "idem/idem_backend.h"
@@ -65,6 +79,12 @@
 #define PURGE_WINDOW 2048
 
 enum { STATE_RELEASED = 0, STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
+
+/* A token's low bits: the claim's issue number (see Tokens above). The ms
+ * above them has 63 - 21 = 42 bits, enough until the year 2109. */
+#define TOKEN_ISSUE_BITS 21
+#define TOKEN_ISSUE_MASK ((UINT64_C(1) << TOKEN_ISSUE_BITS) - 1)
+#define TOKEN_MS_MAX (INT64_MAX >> TOKEN_ISSUE_BITS)
 
 enum {
     ST_INSERT,
@@ -173,6 +193,69 @@ static int sq_fail(acemq_idem *h, sqlite3 *db, int rc)
                                 sqlite3_errmsg(db), s->busy.timeout_ms);
     char buf[ACEMQ__SQLITE_WORDS];
     return acemq__idem_fail(h, code, "sqlite: %s", acemq__sqlite_words(db, rc, buf));
+}
+
+/* ---- issue numbers -------------------------------------------------------- *
+ *
+ * One counter for the process, not per handle: handles on one file in one
+ * process must not share issues either. It starts at a random value so that
+ * processes, which share nothing but the file, rarely share one; a forked
+ * child starts afresh, or it would repeat its parent's. An atomic add, and
+ * no lock that a fork could leave held. */
+
+static _Atomic uint64_t issue_next;
+static pthread_once_t issue_once = PTHREAD_ONCE_INIT;
+static int issue_fork_rc; /* pthread_atfork's answer; written once, under issue_once */
+
+/* splitmix64's finaliser: spreads a weak seed over all the bits. */
+static uint64_t mix64(uint64_t x)
+{
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+/* Also the fork handler, in the child, so only what a child may call. */
+static void issue_seed(void)
+{
+    uint64_t seed = 0;
+    /* Never blocks: a system still gathering entropy gets the clock and pid. */
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) {
+        struct timespec ts = {0, 0};
+        (void)clock_gettime(CLOCK_REALTIME, &ts);
+        seed = mix64((uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec) ^
+               ((uint64_t)getpid() << 32);
+    }
+    atomic_store(&issue_next, mix64(seed));
+}
+
+static void issue_init(void)
+{
+    issue_seed();
+    issue_fork_rc = pthread_atfork(NULL, NULL, issue_seed);
+}
+
+/* At open: 0 once the counter is seeded and a child will reseed it. */
+static int issue_ready(void)
+{
+    if (pthread_once(&issue_once, issue_init) != 0) return -1;
+    return issue_fork_rc == 0 ? 0 : -1;
+}
+
+/* The token for a claim at now_ms of a row whose token is stored (0 for a new
+ * row): above the stored one's ms, with this claim's own issue. */
+static int next_token(acemq_idem *h, int64_t stored, int64_t now_ms, int64_t *token)
+{
+    int64_t ms = now_ms < 1 ? 1 : now_ms > TOKEN_MS_MAX ? TOKEN_MS_MAX : now_ms;
+    int64_t stored_ms = stored > 0 ? stored >> TOKEN_ISSUE_BITS : 0;
+    if (ms <= stored_ms) {
+        if (stored_ms >= TOKEN_MS_MAX)
+            return acemq__idem_fail(h, ACEMQ_ERANGE, "sqlite: fencing token exhausted for this id");
+        ms = stored_ms + 1;
+    }
+    uint64_t issue = atomic_fetch_add(&issue_next, 1) & TOKEN_ISSUE_MASK;
+    *token = (int64_t)(((uint64_t)ms << TOKEN_ISSUE_BITS) | issue);
+    return 0;
 }
 
 /* ---- the writer queue and checkpoints -------------------------------------- *
@@ -434,8 +517,10 @@ static int insert_new(acemq_idem *h, const acemq__bytes *id, const acemq__claim_
 {
     sq *s = h->self;
     sqlite3_stmt *st = s->st[ST_INSERT];
-    int64_t token = a->now_ms > 1 ? a->now_ms : 1;
-    int rc = bind_bytes(st, 1, id);
+    int64_t token = 0;
+    int rc = next_token(h, 0, a->now_ms, &token);
+    if (rc != 0) return rc;
+    rc = bind_bytes(st, 1, id);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, token);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 3, a->lease_until_ms);
     if (rc == SQLITE_OK) rc = bind_bytes(st, 4, &a->fingerprint);
@@ -453,11 +538,11 @@ static int claim_row(acemq_idem *h, const acemq__bytes *id, const acemq__claim_a
                      const verdict *v, acemq_claim *out)
 {
     sq *s = h->self;
-    if (v->old_token == INT64_MAX)
-        return acemq__idem_fail(h, ACEMQ_ERANGE, "sqlite: fencing token exhausted for this id");
-    int64_t token = v->old_token < 1 ? 1 : v->old_token + 1;
+    int64_t token = 0;
+    int rc = next_token(h, v->old_token, a->now_ms, &token);
+    if (rc != 0) return rc;
     sqlite3_stmt *st = s->st[ST_CLAIM];
-    int rc = bind_bytes(st, 1, id);
+    rc = bind_bytes(st, 1, id);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, token);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 3, a->lease_until_ms);
     if (rc == SQLITE_OK) rc = bind_bytes(st, 4, &a->fingerprint);
@@ -774,6 +859,14 @@ static sq *sq_new_state(acemq_idem *h)
     if (pthread_mutex_init(&s->lock, NULL) != 0) {
         free(s);
         (void)acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: cannot create a mutex");
+        return NULL;
+    }
+    if (issue_ready() != 0) {
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        (void)acemq__idem_fail(h, ACEMQ_ENOMEM,
+                               "sqlite: cannot register the fork handler that keeps a child's "
+                               "fencing tokens apart from its parent's");
         return NULL;
     }
     acemq__sqlite_busy_init(&s->busy, h->opts.busy_timeout_ms);

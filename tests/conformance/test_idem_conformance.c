@@ -257,6 +257,39 @@ static void retention_and_purge(void **state)
     assert_int_equal(acemq_idem_confirm(f->store, "abandoned", 9, c.token), ACEMQ_ESTALE);
 }
 
+/* A token never comes back for its id, even after the id was forgotten:
+ * three claims in one millisecond, a purge once the retention (1 ms) ran
+ * out, then a new claim. The old holders' calls change nothing. */
+static int setup_short_retention(void **state)
+{
+    return open_fixture(state, LEASE, 1);
+}
+
+static void forgotten_tokens_stay_dead(void **state)
+{
+    fixture *f = *state;
+    uint64_t old[3];
+    acemq_claim c;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(try_claim(f, "p", &c), ACEMQ_CLAIMED);
+        old[i] = c.token;
+        assert_int_equal(acemq_idem_release(f->store, "p", 1, c.token), 0);
+    }
+    advance(f, 1);
+    uint64_t purged = 0;
+    assert_int_equal(acemq_idem_purge(f->store, &purged), 0);
+    assert_int_equal(try_claim(f, "p", &c), ACEMQ_CLAIMED);
+    for (int i = 0; i < 3; i++) {
+        if (c.token == old[i]) fail_msg("token %llu issued twice", (unsigned long long)c.token);
+        assert_int_equal(acemq_idem_confirm(f->store, "p", 1, old[i]), ACEMQ_ESTALE);
+        assert_int_equal(acemq_idem_release(f->store, "p", 1, old[i]), ACEMQ_ESTALE);
+        assert_int_equal(acemq_idem_renew(f->store, "p", 1, old[i], 0), ACEMQ_ESTALE);
+    }
+    acemq_claim probe;
+    assert_int_equal(try_claim(f, "p", &probe), ACEMQ_IN_PROGRESS);
+    assert_int_equal(acemq_idem_confirm(f->store, "p", 1, c.token), 0);
+}
+
 /* A confirmation past its retention reads as new even before a purge. */
 static void expired_confirmation_is_new(void **state)
 {
@@ -780,6 +813,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(confirm_edges, setup, teardown),
         cmocka_unit_test_setup_teardown(retention_and_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(expired_confirmation_is_new, setup, teardown),
+        cmocka_unit_test_setup_teardown(forgotten_tokens_stay_dead, setup_short_retention,
+                                        teardown),
         cmocka_unit_test_setup_teardown(stored_result, setup, teardown),
         cmocka_unit_test_setup_teardown(fingerprint_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(forgotten_fingerprint, setup, teardown),

@@ -1,7 +1,8 @@
 /* test_sqlite_idem.c — what only the SQLite backend does: two processes on one
  * file, durability across reopen, the caller's connection and transaction,
- * schema versions, URL parameters, SQLite's error text, the token scheme, the
- * in-process writer queue and the windowed purge of abandoned claims.
+ * schema versions, URL parameters, SQLite's error text, the token scheme (a
+ * rolled-back claim's token is never issued again), the in-process writer
+ * queue and the windowed purge of abandoned claims.
  *
  * Time moves only through a manual clock; nothing sleeps. */
 #include <errno.h>
@@ -902,6 +903,220 @@ static void wal_bounded_with_two_writers(void **state)
         acemq_idem_close(w[k].h);
 }
 
+/* ---- a rolled-back claim's token --------------------------------------------- *
+ *
+ * Holder A claims inside its own transaction on the caller's connection (the
+ * inbox pattern) and rolls back; B then claims the same id, the clock standing
+ * still. A still has its token and may still call with it: B's token must not
+ * be A's, or A's confirm, release or renew would land on B's claim. */
+
+/* What the id looks like before A's claim. */
+typedef enum { FROM_NEW, FROM_EXPIRED, FROM_RELEASED } claim_from;
+
+static const char *const from_name[] = {"new", "expired", "released"};
+
+/* The id's state before A's claim, made by `other` on the fixture's clock: a
+ * lease that ran out is left behind with the clock moved past it. */
+static void prepare_id(fixture *f, acemq_idem *other, const char *id, claim_from from)
+{
+    acemq_claim c;
+    if (from == FROM_NEW) return;
+    assert_int_equal(claim(other, id, &c), ACEMQ_CLAIMED);
+    if (from == FROM_RELEASED)
+        assert_int_equal(acemq_idem_release(other, id, strlen(id), c.token), 0);
+    else
+        acemq_manual_clock_advance(f->clock, LEASE);
+}
+
+/* A claims id in a transaction on db (handle a, ACEMQ_IDEM_CONFIRM_IN_CALLER_TX)
+ * and rolls back; answers A's token. */
+static uint64_t claim_rolled_back(sqlite3 *db, acemq_idem *a, const char *id, claim_from from)
+{
+    exec_ok(db, "BEGIN");
+    acemq_claim c;
+    assert_int_equal(claim(a, id, &c), ACEMQ_CLAIMED);
+    assert_int_equal(c.takeover, from == FROM_EXPIRED);
+    exec_ok(db, "ROLLBACK");
+    return c.token;
+}
+
+/* A's calls with its rolled-back token change nothing; B's claim (token b_token)
+ * still holds against a third claimer, then confirms. */
+static void stale_holder_changes_nothing(sqlite3 *db, acemq_idem *a, acemq_idem *third,
+                                         const char *id, uint64_t a_token, uint64_t b_token)
+{
+    size_t len = strlen(id);
+    if (b_token == a_token)
+        fail_msg("%s: B got the token %llu that A's rolled-back claim had", id,
+                 (unsigned long long)a_token);
+    exec_ok(db, "BEGIN");
+    assert_int_equal(acemq_idem_confirm(a, id, len, a_token), ACEMQ_ESTALE);
+    exec_ok(db, "COMMIT");
+    assert_int_equal(acemq_idem_release(a, id, len, a_token), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_renew(a, id, len, a_token, LEASE), ACEMQ_ESTALE);
+    assert_int_equal(acemq_idem_is_confirmed(third, id, len), 0);
+    acemq_claim c;
+    assert_int_equal(claim(third, id, &c), ACEMQ_IN_PROGRESS);
+    assert_int_equal(acemq_idem_confirm(third, id, len, b_token), 0);
+    assert_int_equal(claim(third, id, &c), ACEMQ_ALREADY_CONFIRMED);
+}
+
+/* B is A's own handle (the consumer retrying on its connection) or another
+ * handle on the file. */
+static void rolled_back_token_not_reissued(void **state, claim_from from)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_raw(f->path);
+    acemq_idem_options o;
+    options(f, &o);
+    o.flags = ACEMQ_IDEM_CONFIRM_IN_CALLER_TX;
+    acemq_idem *a = NULL;
+    assert_int_equal(acemq_idem_open_sqlite(&a, db, &o), 0);
+    acemq_idem *other = open_url(f, f->url);
+    char id[2][32];
+    for (int same = 0; same < 2; same++) {
+        snprintf(id[same], sizeof id[same], "%s-%s", from_name[from], same ? "same" : "other");
+        prepare_id(f, other, id[same], from);
+    }
+    for (int same = 0; same < 2; same++) {
+        uint64_t a_token = claim_rolled_back(db, a, id[same], from);
+        acemq_claim b;
+        assert_int_equal(claim(same ? a : other, id[same], &b), ACEMQ_CLAIMED);
+        assert_int_equal(b.takeover, from == FROM_EXPIRED);
+        stale_holder_changes_nothing(db, a, other, id[same], a_token, b.token);
+    }
+    acemq_idem_close(other);
+    acemq_idem_close(a);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+static void rolled_back_new_id(void **state)
+{
+    rolled_back_token_not_reissued(state, FROM_NEW);
+}
+
+static void rolled_back_takeover(void **state)
+{
+    rolled_back_token_not_reissued(state, FROM_EXPIRED);
+}
+
+static void rolled_back_reclaim(void **state)
+{
+    rolled_back_token_not_reissued(state, FROM_RELEASED);
+}
+
+/* What the child of rolled_back_across_processes answers per id. */
+typedef struct xp_answer {
+    int rc;
+    int takeover;
+    uint64_t token;
+} xp_answer;
+
+/* In a child, on a clock of its own standing at `now`: claims "xp-<k>" for each
+ * byte k the parent sends, and answers. No cmocka asserts here (see
+ * race_child). */
+static void claim_child(const char *url, int64_t now, int in_fd, int out_fd)
+{
+    acemq_manual_clock *clock = NULL;
+    if (acemq_manual_clock_new(&clock, now) != 0) _exit(11);
+    acemq_idem_options o;
+    acemq_idem_options_init(&o);
+    o.clock = acemq_manual_clock_get(clock);
+    o.lease_ms = LEASE;
+    o.retention_ms = RETENTION;
+    o.synchronous = ACEMQ_SYNC_NORMAL;
+    acemq_idem *h = NULL;
+    if (acemq_idem_open(&h, url, &o) != 0) _exit(12);
+    unsigned char k;
+    while (read(in_fd, &k, 1) == 1) {
+        char id[32];
+        snprintf(id, sizeof id, "xp-%d", k);
+        acemq_claim c;
+        xp_answer ans = {0, 0, 0};
+        ans.rc = acemq_idem_try_claim(h, id, strlen(id), NULL, &c);
+        ans.takeover = c.takeover;
+        ans.token = c.token;
+        if (write(out_fd, &ans, sizeof ans) != (ssize_t)sizeof ans) _exit(13);
+    }
+    acemq_idem_close(h); /* the claims stay: held, not released */
+    acemq_manual_clock_free(clock);
+    _exit(0);
+}
+
+/* The same, with B in another process whose clock stands at the same
+ * millisecond as A's: nothing in the database tells the two claims apart. */
+static void rolled_back_across_processes(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_raw(f->path);
+    acemq_idem_options o;
+    options(f, &o);
+    o.flags = ACEMQ_IDEM_CONFIRM_IN_CALLER_TX;
+    acemq_idem *a = NULL;
+    assert_int_equal(acemq_idem_open_sqlite(&a, db, &o), 0);
+    acemq_idem *other = open_url(f, f->url);
+    /* FROM_EXPIRED last: it moves the clock, to T0 + LEASE. */
+    static const claim_from from[3] = {FROM_NEW, FROM_RELEASED, FROM_EXPIRED};
+    char id[3][32];
+    for (int k = 0; k < 3; k++) {
+        snprintf(id[k], sizeof id[k], "xp-%d", k);
+        prepare_id(f, other, id[k], from[k]);
+    }
+
+    int to_child[2], from_child[2];
+    assert_int_equal(pipe(to_child), 0);
+    assert_int_equal(pipe(from_child), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(to_child[1]);
+        close(from_child[0]);
+        claim_child(f->url, T0 + LEASE, to_child[0], from_child[1]);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    for (int k = 0; k < 3; k++) {
+        uint64_t a_token = claim_rolled_back(db, a, id[k], from[k]);
+        unsigned char byte = (unsigned char)k;
+        assert_int_equal(write(to_child[1], &byte, 1), 1);
+        xp_answer b;
+        assert_int_equal(read(from_child[0], &b, sizeof b), (ssize_t)sizeof b);
+        assert_int_equal(b.rc, ACEMQ_CLAIMED);
+        assert_int_equal(b.takeover, from[k] == FROM_EXPIRED);
+        stale_holder_changes_nothing(db, a, other, id[k], a_token, b.token);
+    }
+    close(to_child[1]);
+    close(from_child[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail_msg("child failed: status %d", status);
+    acemq_idem_close(other);
+    acemq_idem_close(a);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* A token's milliseconds have 42 bits (above 21 of issue number): a clock past
+ * them counts as their end, and an id whose token reached it cannot be claimed
+ * again. */
+static void token_range_ends(void **state)
+{
+    fixture *f = *state;
+    acemq_idem *h = open_url(f, f->url);
+    sqlite3 *db = open_raw(f->path);
+    exec_ok(db, "INSERT INTO acemq_idem(id, state, token, expires_at)"
+                " VALUES(CAST('end' AS BLOB), 0, 9223372036854775807, 9223372036854775807)");
+    acemq_claim c;
+    assert_int_equal(claim(h, "end", &c), ACEMQ_ERANGE);
+    assert_non_null(strstr(acemq_idem_errmsg(h), "exhausted"));
+    acemq_manual_clock_set(f->clock, INT64_MAX / 2);
+    assert_int_equal(claim(h, "late", &c), ACEMQ_CLAIMED);
+    assert_true(c.token >> 21 == (uint64_t)INT64_MAX >> 21);
+    assert_int_equal(acemq_idem_release(h, "late", 4, c.token), 0);
+    assert_int_equal(claim(h, "late", &c), ACEMQ_ERANGE);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    acemq_idem_close(h);
+}
+
 /* ---- purge ---------------------------------------------------------------- */
 
 /* Abandoned claims have no index; purge walks the primary key in windows.
@@ -977,6 +1192,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(writer_queue_per_file, setup, teardown),
         cmocka_unit_test_setup_teardown(wal_bounded_with_two_writers, setup, teardown),
         cmocka_unit_test_setup_teardown(purge_walks_every_window, setup, teardown),
+        cmocka_unit_test_setup_teardown(rolled_back_new_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(rolled_back_takeover, setup, teardown),
+        cmocka_unit_test_setup_teardown(rolled_back_reclaim, setup, teardown),
+        cmocka_unit_test_setup_teardown(rolled_back_across_processes, setup, teardown),
+        cmocka_unit_test_setup_teardown(token_range_ends, setup, teardown),
     };
     return cmocka_run_group_tests_name("sqlite idem", tests, NULL, NULL);
 }
