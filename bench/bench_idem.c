@@ -476,7 +476,7 @@ static void join_path(char *buf, size_t cap, const char *a, const char *b)
 
 static void remove_db(const char *path)
 {
-    static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
+    static const char *const suffix[] = {"", "-wal", "-shm", "-journal", "-acemq-issue"};
     char buf[4200];
     for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
         join_path(buf, sizeof buf, path, suffix[i]);

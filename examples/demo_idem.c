@@ -159,8 +159,8 @@ int main(int argc, char **argv)
     acemq_idem_close(a.store);
     acemq_manual_clock_free(clock);
     if (argc <= 1) {
-        static const char *const suffix[] = {"", "-wal", "-shm"};
-        for (int i = 0; i < 3; i++) {
+        static const char *const suffix[] = {"", "-wal", "-shm", "-acemq-issue"};
+        for (int i = 0; i < 4; i++) {
             char f[300];
             snprintf(f, sizeof f, "%s%s", path, suffix[i]);
             (void)unlink(f);

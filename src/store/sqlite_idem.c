@@ -12,15 +12,16 @@
  *   issue. ms is max(1, now_ms) (now_ms past the year 2109 counts as the
  *   largest ms there is room for), raised to one above the ms of the token the
  *   row holds, so on a row a committed claim's token is larger than every
- *   token before it. issue is the low bits of a process-wide counter that
- *   starts at a random value (again in a forked child), so two claims in one
- *   process get different issues until 2^TOKEN_ISSUE_BITS claims went by.
- *   Rows alone cannot keep tokens apart: a claim inside the caller's
- *   transaction is rolled back with it, row and all, while its holder keeps
- *   the token, and the next claim reads the very row that claim read. Two
- *   claims that read the same row at the same ms differ in their issue:
- *   always within a process, and between processes unless their random
- *   counters meet, one chance in 2^TOKEN_ISSUE_BITS. Released rows are kept,
+ *   token before it. issue is the low bits of the database file's counter,
+ *   which every process on the file advances under a lock and which no
+ *   rollback undoes (sqlite_issue.h), so two claims on the file get
+ *   different issues until 2^TOKEN_ISSUE_BITS claims went by. Rows alone
+ *   cannot keep tokens apart: a claim inside the caller's transaction is
+ *   rolled back with it, row and all, while its holder keeps the token, and
+ *   the next claim reads the very row that claim read. Two claims that read
+ *   the same row at the same ms differ in their issue, unless
+ *   2^TOKEN_ISSUE_BITS other claims were made on the file between them
+ *   within that ms. Released rows are kept,
  *   not deleted, so their ms survives; purge deletes a row only after it sat
  *   idle for the retention period, so a row created later starts at an ms
  *   above every token the forgotten row handed out (unless that row was
@@ -46,22 +47,21 @@
  *   the queue; wait only with no transaction open; hold only inside our call)
  *   are in sqlite_writer_queue.c, and the store must keep them.
  */
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "acemq/sqlite.h"
 #include "idem/idem_backend.h"
+#include "store/sqlite_issue.h"
 #include "store/sqlite_busy.h"
 #include "store/sqlite_checkpoint.h"
 #include "store/sqlite_errors.h"
@@ -167,6 +167,7 @@ typedef struct sq {
     acemq__sqlite_busy busy;   /* the busy handler's budget and wait; s->lock guards it */
     acemq__writer_queue *file; /* this file's writer queue; NULL for in-memory and temp */
     int wal_frames;            /* frames in the WAL after our last commit; own connections only */
+    int issue_fd;              /* the file's token counter (sqlite_issue.h); -1: the process's */
 } sq;
 
 /* How a multi-statement operation is wrapped: its own transaction on an idle
@@ -195,53 +196,6 @@ static int sq_fail(acemq_idem *h, sqlite3 *db, int rc)
     return acemq__idem_fail(h, code, "sqlite: %s", acemq__sqlite_words(db, rc, buf));
 }
 
-/* ---- issue numbers -------------------------------------------------------- *
- *
- * One counter for the process, not per handle: handles on one file in one
- * process must not share issues either. It starts at a random value so that
- * processes, which share nothing but the file, rarely share one; a forked
- * child starts afresh, or it would repeat its parent's. An atomic add, and
- * no lock that a fork could leave held. */
-
-static _Atomic uint64_t issue_next;
-static pthread_once_t issue_once = PTHREAD_ONCE_INIT;
-static int issue_fork_rc; /* pthread_atfork's answer; written once, under issue_once */
-
-/* splitmix64's finaliser: spreads a weak seed over all the bits. */
-static uint64_t mix64(uint64_t x)
-{
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
-/* Also the fork handler, in the child, so only what a child may call. */
-static void issue_seed(void)
-{
-    uint64_t seed = 0;
-    /* Never blocks: a system still gathering entropy gets the clock and pid. */
-    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) {
-        struct timespec ts = {0, 0};
-        (void)clock_gettime(CLOCK_REALTIME, &ts);
-        seed = mix64((uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec) ^
-               ((uint64_t)getpid() << 32);
-    }
-    atomic_store(&issue_next, mix64(seed));
-}
-
-static void issue_init(void)
-{
-    issue_seed();
-    issue_fork_rc = pthread_atfork(NULL, NULL, issue_seed);
-}
-
-/* At open: 0 once the counter is seeded and a child will reseed it. */
-static int issue_ready(void)
-{
-    if (pthread_once(&issue_once, issue_init) != 0) return -1;
-    return issue_fork_rc == 0 ? 0 : -1;
-}
-
 /* The token for a claim at now_ms of a row whose token is stored (0 for a new
  * row): above the stored one's ms, with this claim's own issue. */
 static int next_token(acemq_idem *h, int64_t stored, int64_t now_ms, int64_t *token)
@@ -253,8 +207,12 @@ static int next_token(acemq_idem *h, int64_t stored, int64_t now_ms, int64_t *to
             return acemq__idem_fail(h, ACEMQ_ERANGE, "sqlite: fencing token exhausted for this id");
         ms = stored_ms + 1;
     }
-    uint64_t issue = atomic_fetch_add(&issue_next, 1) & TOKEN_ISSUE_MASK;
-    *token = (int64_t)(((uint64_t)ms << TOKEN_ISSUE_BITS) | issue);
+    sq *s = h->self;
+    uint64_t issue = 0;
+    if (acemq__issue_next(s->issue_fd, &issue) != 0)
+        return acemq__idem_fail(h, ACEMQ_EIO, "sqlite: the token counter file: %s",
+                                strerror(errno));
+    *token = (int64_t)(((uint64_t)ms << TOKEN_ISSUE_BITS) | (issue & TOKEN_ISSUE_MASK));
     return 0;
 }
 
@@ -303,6 +261,9 @@ static int file_join(acemq_idem *h)
 {
     sq *s = h->self;
     const char *name = sqlite3_db_filename(s->db, "main");
+    if (acemq__issue_open(name, &s->issue_fd) != 0)
+        return acemq__idem_fail(h, ACEMQ_EIO, "sqlite: cannot open %s-acemq-issue: %s", name,
+                                strerror(errno));
     struct stat st;
     if (!name || !*name || stat(name, &st) != 0) return 0;
     s->file = acemq__writer_queue_join(st.st_dev, st.st_ino);
@@ -838,6 +799,7 @@ static void sq_free_state(sq *s)
         (void)sqlite3_finalize(s->st[i]); /* NULL is a no-op */
     if (s->owns_db) (void)sqlite3_close_v2(s->db);
     file_leave(s);
+    acemq__issue_close(s->issue_fd);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -861,14 +823,7 @@ static sq *sq_new_state(acemq_idem *h)
         (void)acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: cannot create a mutex");
         return NULL;
     }
-    if (issue_ready() != 0) {
-        pthread_mutex_destroy(&s->lock);
-        free(s);
-        (void)acemq__idem_fail(h, ACEMQ_ENOMEM,
-                               "sqlite: cannot register the fork handler that keeps a child's "
-                               "fencing tokens apart from its parent's");
-        return NULL;
-    }
+    s->issue_fd = -1;
     acemq__sqlite_busy_init(&s->busy, h->opts.busy_timeout_ms);
     return s;
 }

@@ -12,7 +12,7 @@ static int n_made_dirs;
 
 static void remove_made_dirs(void)
 {
-    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal", "-acemq-issue"};
     for (int i = 0; i < n_made_dirs; i++) {
         char path[512];
         for (size_t s = 0; s < sizeof suffixes / sizeof *suffixes; s++) {

@@ -1095,6 +1095,85 @@ static void rolled_back_across_processes(void **state)
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
+/* Claims `id` in a transaction on a connection of its own, `rounds` times,
+ * rolling each back, with the clock standing at `now`; writes each token to
+ * out_fd. For a forked child: no cmocka asserts (see race_child). */
+static int rolled_back_rounds(const char *path, int64_t now, const char *id, int rounds, int out_fd)
+{
+    acemq_manual_clock *clock = NULL;
+    sqlite3 *db = NULL;
+    acemq_idem *h = NULL;
+    if (acemq_manual_clock_new(&clock, now) != 0) return 11;
+    acemq_idem_options o;
+    acemq_idem_options_init(&o);
+    o.clock = acemq_manual_clock_get(clock);
+    o.lease_ms = LEASE;
+    o.flags = ACEMQ_IDEM_CONFIRM_IN_CALLER_TX;
+    if (sqlite3_open(path, &db) != SQLITE_OK || sqlite3_busy_timeout(db, 10000) != SQLITE_OK)
+        return 12;
+    if (acemq_idem_open_sqlite(&h, db, &o) != 0) return 13;
+    for (int i = 0; i < rounds; i++) {
+        acemq_claim c;
+        if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return 14;
+        if (acemq_idem_try_claim(h, id, strlen(id), NULL, &c) != ACEMQ_CLAIMED) return 15;
+        if (sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK) return 16;
+        if (write(out_fd, &c.token, sizeof c.token) != (ssize_t)sizeof c.token) return 17;
+    }
+    acemq_idem_close(h);
+    acemq_manual_clock_free(clock);
+    return sqlite3_close(db) == SQLITE_OK ? 0 : 18;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Two processes, each on a connection of its own, claim one id in turns of
+ * rolled-back transactions with their clocks standing at the same ms: every
+ * claim reads the same row, so only the file's shared counter keeps their
+ * tokens apart; none of the 4,000 repeats. */
+static void processes_never_share_a_token(void **state)
+{
+    fixture *f = *state;
+    enum { ROUNDS = 2000, ALL = 2 * ROUNDS };
+    acemq_idem *init = open_url(f, f->url); /* makes the schema */
+    acemq_idem_close(init);
+    int pipes[2][2];
+    pid_t pid[2];
+    for (int p = 0; p < 2; p++) {
+        assert_int_equal(pipe(pipes[p]), 0);
+        pid[p] = fork();
+        assert_true(pid[p] >= 0);
+        if (pid[p] == 0) {
+            close(pipes[p][0]);
+            _exit(rolled_back_rounds(f->path, T0, "shared", ROUNDS, pipes[p][1]));
+        }
+        close(pipes[p][1]);
+    }
+    static uint64_t tokens[ALL];
+    for (int p = 0; p < 2; p++) {
+        size_t want = ROUNDS * sizeof(uint64_t), got = 0;
+        char *at = (char *)&tokens[(size_t)p * ROUNDS];
+        while (got < want) {
+            ssize_t n = read(pipes[p][0], at + got, want - got);
+            if (n <= 0) break;
+            got += (size_t)n;
+        }
+        close(pipes[p][0]);
+        int status = 0;
+        assert_int_equal(waitpid(pid[p], &status, 0), pid[p]);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail_msg("child %d failed: status %d", p, status);
+        assert_int_equal(got, want);
+    }
+    qsort(tokens, ALL, sizeof tokens[0], cmp_u64);
+    for (size_t i = 1; i < ALL; i++)
+        if (tokens[i] == tokens[i - 1])
+            fail_msg("token %llu issued twice", (unsigned long long)tokens[i]);
+}
+
 /* A token's milliseconds have 42 bits (above 21 of issue number): a clock past
  * them counts as their end, and an id whose token reached it cannot be claimed
  * again. */
@@ -1197,6 +1276,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(rolled_back_reclaim, setup, teardown),
         cmocka_unit_test_setup_teardown(rolled_back_across_processes, setup, teardown),
         cmocka_unit_test_setup_teardown(token_range_ends, setup, teardown),
+        cmocka_unit_test_setup_teardown(processes_never_share_a_token, setup, teardown),
     };
     return cmocka_run_group_tests_name("sqlite idem", tests, NULL, NULL);
 }
