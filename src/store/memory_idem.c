@@ -1,37 +1,40 @@
-/* memory_idem.c — the in-process idempotency store: a sharded hash table.
+/* memory_idem.c — the in-process idempotency store: one hash table of
+ * leased, fenced entries, bounded by max_entries, behind one lock.
  *
- * Each shard is an independent hash table behind its own lock, chosen by the
- * top bits of the id's XXH3 hash, so threads working on different ids rarely
- * meet on one lock. A shard's table is open-addressed (linear probing) over
- * two arrays: tags, one byte a slot (0 empty, else 7 bits of the hash), and
- * slots, 8 bytes a slot (32 bits of the hash and the record's index). A
- * lookup reads tags and opens a slot only where the tag matches, so a new
- * id, the common case, reads one byte and touches no slot and no entry.
- * That read is most of a claim's cost once the table outgrows the caches,
- * and a tag array is small enough to stay in a cache the 16-byte slots
- * (hash and pointer) it replaced did not fit. Tables start small and
- * double before they pass their load bound (7/8 full, or half in a small
- * store: see DENSE_LOAD), so a store that never fills never pays for its
- * max_entries, up to the size a shard's share of max_entries needs at that
- * load (bound_slots), never past it: the last step does not double
- * to the next power of two, so a full store's tags are as few as a
- * presized one's. The table takes bound_slots in one step from the last
- * power of two under half of it, skipping the one between, whose rehash
- * would move as many ids as all the steps before it. With presize=1 they
- * start sized for max_entries, at their load bound when the store is full
- * (about 10.3 bytes per entry at 7/8, the table's size any number of slots, see
- * home_of), and they and the records of max_entries are faulted in at open
- * (check_presize_fits): no rehash, no outgrown tables, and no claim that
- * stops for the kernel to zero a page, which on the test machine also
- * streams the zeroed bytes through the cache the tags need. Measured on a
- * million new ids: about 30% more single pairs per second than with tables
- * rounded up to a power of two and faulted in by the claims
- * (docs/performance.md, eighth round).
+ * One table, not shards with a share of the bound each: a shard's share
+ * fills before the store does (ids never spread evenly), and a shard that
+ * evicts a confirmed id within its retention while the store has room lets
+ * a duplicate through. With one table and one count, nothing is evicted and
+ * no claim is refused while the store holds fewer than max_entries entries,
+ * and the entry dropped at the bound is the store's, not a shard's (see
+ * Bounded below).
  *
- * A new id's slot is not written by its claim but by the shard's next
- * operation that reads slots (flush_pending): see there for why.
+ * The table is open-addressed (linear probing) over two arrays: tags, one
+ * byte a slot (0 empty, else 7 bits of the hash), and slots, 8 bytes a slot
+ * (32 bits of the hash and the record's index). A lookup reads tags and
+ * opens a slot only where the tag matches, so a new id, the common case,
+ * reads one byte and touches no slot and no entry. That read is most of a
+ * claim's cost once the table outgrows the caches, and a tag array is small
+ * enough to stay in a cache the 16-byte slots (hash and pointer) it replaced
+ * did not fit. The table starts small and doubles before it passes its load
+ * bound (7/8 full, or half in a small store: see DENSE_LOAD), so a store
+ * that never fills never pays for its max_entries, up to the size
+ * max_entries needs at that load (bound_slots), never past it: the last
+ * step does not double to the next power of two, so a full store's tags are
+ * as few as a presized one's. The table takes bound_slots in one step from
+ * the last power of two under half of it, skipping the one between, whose
+ * rehash would move as many ids as all the steps before it. With presize=1
+ * it starts sized for max_entries, at its load bound when the store is full
+ * (about 10.3 bytes per entry at 7/8, the table's size any number of slots,
+ * see home_of), and it and the records of max_entries are faulted in at
+ * open (check_presize_fits): no rehash, no outgrown table, and no claim that
+ * stops for the kernel to zero a page, which also streams the zeroed bytes
+ * through the cache the tags need.
  *
- * Tables come from the store's arena (memory_arena.h), records from its
+ * A new id's slot is not written by its claim but by the next operation
+ * that reads slots (flush_pending): see there for why.
+ *
+ * The table comes from the store's arena (memory_arena.h), records from its
  * region (memory_records.h), both in transparent huge pages once they are
  * big: a million ids fault in some fifty 2 MiB pages instead of 20,000
  * small ones, and a probe of a big table does not miss the TLB. Unless
@@ -43,40 +46,44 @@
  * hashes every id and prefetches its slot first, so the reads overlap, then
  * claims the ids one by one, in order, exactly as try_claim() would.
  *
- * Entries are fixed-size records (one cache line) that each shard takes
- * from the region in runs, with the id inside the record when it is at most
- * ID_INLINE bytes: a claim of a new id costs no malloc, and entries claimed
- * one after the other sit next to each other. Records that go (released,
- * evicted, purged) wait on the shard's free list for the next claim; the
- * region goes at close.
+ * Entries are fixed-size records (one cache line) taken from the region in
+ * runs, with the id inside the record when it is at most ID_INLINE bytes: a
+ * claim of a new id costs no malloc, and entries claimed one after the other
+ * sit next to each other. Records that go (released, evicted, purged) wait
+ * on the free list for the next claim; the region goes at close.
  *
- * Bounded: each shard keeps at most its share of max_entries. When a shard is
- * full, room is made by dropping, in this order, the oldest confirmed record
- * (an expiration if its retention ran out, an eviction otherwise) or the
- * oldest claim whose lease has run out, and the dropped entry's memory is
- * reused for the new id. A live claim is never dropped: with nothing else left
- * the claim fails with ACEMQ_EFULL.
+ * Bounded: the store holds at most max_entries entries, counted store-wide,
+ * and below that bound no entry is dropped to make room. A new id's claim
+ * at the bound drops one entry and reuses its memory, the first of these
+ * that exists: the confirmation made longest ago if its retention has run
+ * out (an expiration); else the claim whose lease was set longest ago
+ * (claimed, taken over or renewed) if that lease has run out (an eviction:
+ * any claim of its id may take it over already, while a live confirmation
+ * still stops a duplicate); else the confirmation made longest ago (an
+ * eviction: a later duplicate of that id runs again). A live claim is never
+ * dropped: with nothing else left the claim fails with ACEMQ_EFULL. With
+ * one retention, one lease and a clock that does not step back, the first
+ * entry of each list is the first to run out, so this drops an entry that
+ * ran out whenever there is one.
  *
  * Invariants a reader must keep:
- *  - every entry a shard took from the region is either live, in its
- *    shard's table and in exactly one of the two lists, `confirmed` (state
- *    CONFIRMED, in confirm order, so with one retention the head expires
- *    first) or `claims` (state CLAIMED, in claim order), or on the shard's
- *    free list, owning no memory of its own (no result, fingerprint or
- *    out-of-line id). Released entries go to the free list at once. So a
- *    shard never takes more than per_shard_max entries.
- *  - tokens come from the shard's counter, which only grows, shifted left by
- *    the shard bits with the shard's index below: an id always maps to the
- *    same shard, so its tokens grow with every claim and never repeat, even
- *    after its entry was released, evicted or forgotten, and no two shards
- *    hand out the same token.
- *  - `latest` is the shard's most recent claim, or an entry that has since
- *    gone (released, evicted, reused for another id), or NULL. It is only
- *    trusted after checking token, state and id under the shard's lock; the
- *    memory it names stays the shard's until close.
- *  - outside the lock, at most one slot of a shard is stale: the one at
- *    pending_at, whose tag is already set and whose content is `pending`.
- *    Whatever reads slots calls flush_pending first.
+ *  - every entry taken from the region is either live, in the table and in
+ *    exactly one of the two lists, `confirmed` (state CONFIRMED, in confirm
+ *    order, so with one retention the head expires first) or `claims` (state
+ *    CLAIMED, in the order their leases were set: a renewal moves its claim
+ *    to the tail), or on the free list, owning no memory of its own (no
+ *    result, fingerprint or out-of-line id). Released entries go to the free
+ *    list at once. So the store never takes more than max_entries records.
+ *  - tokens come from the store's counter, which only grows: an id's tokens
+ *    grow with every claim and never repeat, even after its entry was
+ *    released, evicted or forgotten, and no two claims share one.
+ *  - `latest` is the most recent claim, or an entry that has since gone
+ *    (released, evicted, reused for another id), or NULL. It is only
+ *    trusted after checking token, state and id under the lock; the memory
+ *    it names stays the store's until close.
+ *  - outside the lock, at most one slot is stale: the one at pending_at,
+ *    whose tag is already set and whose content is `pending`. Whatever
+ *    reads slots calls flush_pending first.
  *  - tags_hint, slots_hint and cap_hint follow tags, slots and cap (stored
  *    under the lock whenever the table moves) and are read without the lock
  *    only to aim a prefetch. They may be stale, even name a freed array, so
@@ -103,8 +110,6 @@
 
 enum { STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 
-#define MAX_SHARD_BITS 6
-#define MIN_ENTRIES_PER_SHARD 1024
 #define INITIAL_SLOTS 64
 _Static_assert(INITIAL_SLOTS % ACEMQ__TAG_GROUP == 0, "a table ends on a tag group's end");
 /* A table grows before it is more than 7/8 full. Probes read tag bytes, 16
@@ -126,10 +131,10 @@ _Static_assert(INITIAL_SLOTS % ACEMQ__TAG_GROUP == 0, "a table ends on a tag gro
  * keys, "order-00000042") live in it, longer ones in a buffer of their own
  * whose address is kept, unaligned, in the same bytes. */
 #define ID_INLINE 21
-/* A shard takes records from the region in runs that double from RUN_MIN
+/* The store takes records from the region in runs that double from RUN_MIN
  * (4 KiB) up to RUN_MAX (64 KiB): few trips to the region's lock for a big
- * store, little memory taken ahead of need in a small one (a shard never
- * takes past its share of max_entries). */
+ * store, little memory taken ahead of need in a small one (never past
+ * max_entries records). */
 #define RUN_MIN 64
 #define RUN_MAX 1024
 /* Ids hashed and prefetched ahead of their claims in try_claim_many: enough
@@ -170,14 +175,15 @@ typedef struct entry_list {
 } entry_list;
 
 /* A taken slot's other half (its tag is in the tag array): the low 32 bits
- * of the id's hash, which place it in a table of any size a shard can have
- * (at most 2^31 slots), and the index of its record in the region. */
+ * of the id's hash, which place it in a table of any size the store can have
+ * (at most bound_slots: under 2^32 for MAX_ENTRIES_LIMIT at any load), and
+ * the index of its record in the region. */
 typedef struct slot {
     uint32_t hash;
     uint32_t index;
 } slot;
 
-/* The most a store's tables may be filled, in eighths (see the top). */
+/* The most a store's table may be filled, in eighths (see the top). */
 static unsigned max_load_for(size_t max_entries)
 {
     return max_entries <= SPARSE_MAX_ENTRIES ? SPARSE_LOAD : DENSE_LOAD;
@@ -189,8 +195,8 @@ static inline int within_load(size_t count, size_t cap, unsigned eighths)
     return count * 8 <= cap * eighths;
 }
 
-/* A taken slot's tag: 7 bits of the hash that neither the slot's place (the
- * low bits) nor the shard (the top bits) uses, with the top bit set, so 0
+/* A taken slot's tag: 7 bits of the hash that the slot's place (the low 32
+ * bits) does not use, with the top bit set, so 0
  * marks an empty slot. A lookup compares a slot's record only when its tag
  * and its 32 bits of hash match: one slot in 128 that is not the id's gets
  * past the tag. */
@@ -199,38 +205,34 @@ static inline uint8_t tag_of(uint64_t hash)
     return (uint8_t)(0x80u | ((hash >> 40) & 0x7Fu));
 }
 
-typedef struct shard {
-    acemq__shard_lock lock;
-    uint8_t *tags; /* per slot: 0 empty, else tag_of(hash) */
-    slot *slots;   /* per slot: the rest, meaningful where the tag is not 0 */
-    size_t cap;    /* slots: any count, at most max_load full (see home_of) */
-    size_t count;
+typedef struct table {
+    acemq__shard_lock lock; /* guards everything here but the hints */
+    uint8_t *tags;          /* per slot: 0 empty, else tag_of(hash) */
+    slot *slots;            /* per slot: the rest, meaningful where the tag is not 0 */
+    size_t cap;             /* slots: any count, at most max_load full (see home_of) */
+    size_t count;           /* live entries, store-wide: at most max_entries */
     uint64_t next_token;
     entry *latest; /* the latest claim (see the invariants above) */
     entry_list claims, confirmed;
-    /* The latest new id's slot, written to `slots` only by the shard's next
+    /* The latest new id's slot, written to `slots` only by the next
      * operation that reads slots (see flush_pending): slots[pending_at] is
      * stale until then. NO_PENDING when there is none. */
     size_t pending_at;
     slot pending;
     entry *free_list;         /* linked through next */
-    entry *carve, *carve_end; /* the shard's current run of records, not yet used */
-    size_t carved;            /* records in all its runs, used or not: at most per_shard_max */
+    entry *carve, *carve_end; /* the current run of records, not yet used */
+    size_t carved;            /* records in all runs, used or not: at most max_entries */
     /* Read without the lock, for prefetch only: see the invariants above. */
     _Atomic(uintptr_t) tags_hint;
     _Atomic(uintptr_t) slots_hint;
     atomic_size_t cap_hint;
-    /* Pads shards apart so two threads on neighbouring shards do not share a
-     * cache line through the lock. */
-    char pad[64];
-} shard;
+} table;
 
 typedef struct memory_store {
     acemq__arena arena;     /* every tag array and slot table */
     acemq__records records; /* every entry */
-    shard *shards;
-    unsigned shard_bits;
-    size_t per_shard_max;
+    table t;
+    size_t max_entries;
     unsigned max_load; /* in eighths: the URL's max_load, else max_load_for(max_entries) */
     int64_t retention_ms;
 } memory_store;
@@ -246,9 +248,9 @@ static void list_remove(entry_list *l, entry *e)
     e->prev = e->next = NULL;
 }
 
-static entry_list *list_of(shard *s, entry *e)
+static entry_list *list_of(table *t, entry *e)
 {
-    return e->state == STATE_CONFIRMED ? &s->confirmed : &s->claims;
+    return e->state == STATE_CONFIRMED ? &t->confirmed : &t->claims;
 }
 
 static unsigned char *long_id(const entry *e)
@@ -266,11 +268,6 @@ static const unsigned char *entry_id(const entry *e)
 static uint64_t hash_id(const acemq__bytes *id)
 {
     return XXH3_64bits(id->data, id->len);
-}
-
-static shard *shard_for(memory_store *m, uint64_t hash)
-{
-    return &m->shards[m->shard_bits ? hash >> (64 - m->shard_bits) : 0];
 }
 
 static entry *record(const memory_store *m, uint32_t index)
@@ -312,14 +309,15 @@ static inline size_t next_group(size_t i, size_t cap)
  * caches, is still on its way from DRAM when the claim ends, and a store
  * waiting for it would hold up the lock's release (a locked instruction
  * waits for every earlier store). It is written here instead, by the
- * shard's next operation that reads slots, dozens of claims later, when
- * the line is in cache: the claim prefetched it. Every reader of `slots`
- * calls this first, under the lock. */
-static inline void flush_pending(shard *s)
+ * next operation that reads slots (the next new id's claim at the soonest,
+ * after its hash and its tag's read), when the line has had that long to
+ * come: the claim prefetched it. Every reader of `slots` calls this first,
+ * under the lock. */
+static inline void flush_pending(table *t)
 {
-    if (s->pending_at == NO_PENDING) return;
-    s->slots[s->pending_at] = s->pending;
-    s->pending_at = NO_PENDING;
+    if (t->pending_at == NO_PENDING) return;
+    t->slots[t->pending_at] = t->pending;
+    t->pending_at = NO_PENDING;
 }
 
 /* The slot holding id, with *found set to its entry, or the empty slot that
@@ -330,12 +328,12 @@ static inline void flush_pending(shard *s)
  * lookup, and a call would save and restore six registers around a loop
  * that usually runs once. */
 static inline __attribute__((always_inline)) size_t
-probe(const memory_store *m, shard *s, uint64_t hash, const acemq__bytes *id, entry **found)
+probe(const memory_store *m, table *t, uint64_t hash, const acemq__bytes *id, entry **found)
 {
-    flush_pending(s);
-    const uint8_t *tags = s->tags;
-    const slot *slots = s->slots;
-    size_t cap = s->cap;
+    flush_pending(t);
+    const uint8_t *tags = t->tags;
+    const slot *slots = t->slots;
+    size_t cap = t->cap;
     size_t home = home_of(hash, cap);
     /* A new id whose home slot is empty, the commonest lookup until the
      * table nears its bound, is answered by that one byte. */
@@ -364,11 +362,11 @@ probe(const memory_store *m, shard *s, uint64_t hash, const acemq__bytes *id, en
     }
 }
 
-static inline __attribute__((always_inline)) entry *find(const memory_store *m, shard *s,
+static inline __attribute__((always_inline)) entry *find(const memory_store *m, table *t,
                                                          uint64_t hash, const acemq__bytes *id)
 {
     entry *e;
-    (void)probe(m, s, hash, id, &e);
+    (void)probe(m, t, hash, id, &e);
     return e;
 }
 
@@ -387,65 +385,63 @@ static void clear_entry(entry *e)
     e->id_len = 0;
 }
 
-static void free_entry(shard *s, entry *e)
+static void free_entry(table *t, entry *e)
 {
     clear_entry(e);
-    e->next = s->free_list;
-    s->free_list = e;
+    e->next = t->free_list;
+    t->free_list = e;
 }
 
-/* Starts the write of the record the shard's next claim will take. The 64
- * shards fill their runs of records as 64 interleaved streams, too many for
- * the hardware prefetcher, so without this every new entry waits for its
- * line to come from DRAM; the next claim on this shard is dozens of claims
- * away, time enough for the line to arrive. */
+/* Starts the write of the record the next claim will take, which for a
+ * record from the free list is anywhere in the region: the line is on its
+ * way while this claim finishes. */
 static void prefetch_entry(const entry *e)
 {
     __builtin_prefetch(e, 1, 3);
 }
 
-/* A record from the free list or the shard's current run, or a new run as
- * long as all before it (within per_shard_max). Its fields are not set. */
-static entry *alloc_entry(memory_store *m, shard *s)
+/* A record from the free list or the current run, or a new run as long as
+ * all before it (within max_entries). Its fields are not set. */
+static entry *alloc_entry(memory_store *m, table *t)
 {
-    entry *e = s->free_list;
+    entry *e = t->free_list;
     if (e) {
-        s->free_list = e->next;
-        if (s->free_list) prefetch_entry(s->free_list);
+        t->free_list = e->next;
+        if (t->free_list) prefetch_entry(t->free_list);
         return e;
     }
-    if (s->carve == s->carve_end) {
-        size_t run = s->carved < RUN_MIN ? RUN_MIN : s->carved;
+    if (t->carve == t->carve_end) {
+        size_t run = t->carved < RUN_MIN ? RUN_MIN : t->carved;
         if (run > RUN_MAX) run = RUN_MAX;
         /* Claims come here only below the bound, with the free list empty,
-         * i.e. when carved == count < per_shard_max: room is at least 1. */
-        if (run > m->per_shard_max - s->carved) run = m->per_shard_max - s->carved;
+         * i.e. when carved == count < max_entries: room is at least 1. */
+        if (run > m->max_entries - t->carved) run = m->max_entries - t->carved;
         if (run == 0) return NULL;
         entry *fresh = acemq__records_take(&m->records, run);
         if (!fresh) return NULL;
-        s->carve = fresh;
-        s->carve_end = fresh + run;
-        s->carved += run;
+        t->carve = fresh;
+        t->carve_end = fresh + run;
+        t->carved += run;
     }
-    e = s->carve++;
-    if (s->carve < s->carve_end) prefetch_entry(s->carve);
+    e = t->carve++;
+    if (t->carve < t->carve_end) prefetch_entry(t->carve);
     return e;
 }
 
-static void set_hints(shard *s)
+static void set_hints(table *t)
 {
-    atomic_store_explicit(&s->tags_hint, (uintptr_t)s->tags, memory_order_relaxed);
-    atomic_store_explicit(&s->slots_hint, (uintptr_t)s->slots, memory_order_relaxed);
-    atomic_store_explicit(&s->cap_hint, s->cap, memory_order_relaxed);
+    atomic_store_explicit(&t->tags_hint, (uintptr_t)t->tags, memory_order_relaxed);
+    atomic_store_explicit(&t->slots_hint, (uintptr_t)t->slots, memory_order_relaxed);
+    atomic_store_explicit(&t->cap_hint, t->cap, memory_order_relaxed);
 }
 
 /* Starts the read of the tag where a probe for hash begins, which the probe
  * waits for, without the lock: integer arithmetic on the hints, so a stale
  * one aims at the wrong line and costs a wasted prefetch, nothing more. */
-static size_t prefetch_tag(shard *s, uint64_t hash)
+static size_t prefetch_tag(table *t, uint64_t hash)
 {
-    uintptr_t tags = atomic_load_explicit(&s->tags_hint, memory_order_relaxed);
-    size_t i = home_of(hash, atomic_load_explicit(&s->cap_hint, memory_order_relaxed));
+    uintptr_t tags = atomic_load_explicit(&t->tags_hint, memory_order_relaxed);
+    size_t i = home_of(hash, atomic_load_explicit(&t->cap_hint, memory_order_relaxed));
     /* An integer, not a pointer: the array it named may have been freed. */
     /* NOLINTNEXTLINE(performance-no-int-to-ptr) */
     __builtin_prefetch((const void *)(tags + i), 0, 3);
@@ -458,10 +454,10 @@ static size_t prefetch_tag(shard *s, uint64_t hash)
  * claim (the common case) then ran about a sixth slower, its tag's read
  * sharing the way from DRAM with a line it does not wait for; the claim
  * starts it once it knows the slot (claim_new). */
-static void prefetch_tag_and_slot(shard *s, uint64_t hash)
+static void prefetch_tag_and_slot(table *t, uint64_t hash)
 {
-    size_t i = prefetch_tag(s, hash);
-    uintptr_t slots = atomic_load_explicit(&s->slots_hint, memory_order_relaxed);
+    size_t i = prefetch_tag(t, hash);
+    uintptr_t slots = atomic_load_explicit(&t->slots_hint, memory_order_relaxed);
     /* NOLINTNEXTLINE(performance-no-int-to-ptr) */
     __builtin_prefetch((const void *)(slots + i * sizeof(slot)), 1, 3);
 }
@@ -472,11 +468,11 @@ static void prefetch_tag_and_slot(shard *s, uint64_t hash)
  * fewer slots from its home than from i. Without branches on that test,
  * which near the load bound goes either way at random: a member that stays
  * is written onto itself. */
-static void remove_slot(shard *s, size_t i)
+static void remove_slot(table *t, size_t i)
 {
-    uint8_t *tags = s->tags;
-    slot *slots = s->slots;
-    size_t cap = s->cap;
+    uint8_t *tags = t->tags;
+    slot *slots = t->slots;
+    size_t cap = t->cap;
     for (size_t j = next_of(i, cap); tags[j]; j = next_of(j, cap)) {
         size_t home = home_of(slots[j].hash, cap);
         size_t from_home = j >= home ? j - home : j + cap - home;
@@ -490,18 +486,18 @@ static void remove_slot(shard *s, size_t i)
     tags[i] = 0;
 }
 
-/* The fewest slots that hold a shard's share of max_entries within
- * max_load, rounded up to whole cache lines of tags: the most a table
- * needs, since a shard never holds more than per_shard_max. */
-static size_t slots_for(size_t per_shard_max, unsigned max_load)
+/* The fewest slots that hold max_entries within max_load, rounded up to
+ * whole cache lines of tags: the most the table needs, since the store
+ * never holds more than max_entries. */
+static size_t slots_for(size_t max_entries, unsigned max_load)
 {
-    size_t want = per_shard_max * 8 / max_load + 1;
+    size_t want = max_entries * 8 / max_load + 1;
     return (want + 63) & ~(size_t)63;
 }
 
 static size_t bound_slots(const memory_store *m)
 {
-    return slots_for(m->per_shard_max, m->max_load);
+    return slots_for(m->max_entries, m->max_load);
 }
 
 /* Doubles the table before it passes max_load, or grows it to bound_slots
@@ -510,77 +506,81 @@ static size_t bound_slots(const memory_store *m)
  * slot stays empty. 1 when the table moved (a slot found before is no
  * longer in it), 0 when it did not, ACEMQ_ENOMEM when it is full and could
  * not grow. */
-static int maybe_grow(memory_store *m, shard *s)
+static int maybe_grow(memory_store *m, table *t)
 {
-    size_t cap = s->cap;
-    if (within_load(s->count + 1, cap, m->max_load)) return 0;
+    size_t cap = t->cap;
+    if (within_load(t->count + 1, cap, m->max_load)) return 0;
     /* The probe before every call has flushed already; the copy below must
      * never read a stale slot, so this stays cheap insurance. */
-    flush_pending(s);
-    /* within_load(per_shard_max, bound_slots) holds, and a claim grows the
-     * table only below per_shard_max: bound_slots is more than cap here. */
+    flush_pending(t);
+    /* within_load(max_entries, bound_slots) holds, and a claim grows the
+     * table only below max_entries: bound_slots is more than cap here. */
     size_t n = cap * 2, most = bound_slots(m);
     if (n > most / 2) n = most; /* n * 2 > most, without overflow */
     uint8_t *tags = acemq__arena_alloc(&m->arena, n);
     slot *slots = tags ? acemq__arena_alloc(&m->arena, n * sizeof(slot)) : NULL;
     if (!slots) {
         if (tags) acemq__arena_free(&m->arena, tags, n);
-        return s->count + 1 < cap ? 0 : ACEMQ_ENOMEM;
+        return t->count + 1 < cap ? 0 : ACEMQ_ENOMEM;
     }
     for (size_t i = 0; i < cap; i++) {
-        if (!s->tags[i]) continue;
-        size_t j = home_of(s->slots[i].hash, n);
+        if (!t->tags[i]) continue;
+        size_t j = home_of(t->slots[i].hash, n);
         while (tags[j])
             j = next_of(j, n);
-        tags[j] = s->tags[i];
-        slots[j] = s->slots[i];
+        tags[j] = t->tags[i];
+        slots[j] = t->slots[i];
     }
-    acemq__arena_free(&m->arena, s->tags, cap);
-    acemq__arena_free(&m->arena, s->slots, cap * sizeof(slot));
-    s->tags = tags;
-    s->slots = slots;
-    s->cap = n;
-    set_hints(s);
+    acemq__arena_free(&m->arena, t->tags, cap);
+    acemq__arena_free(&m->arena, t->slots, cap * sizeof(slot));
+    t->tags = tags;
+    t->slots = slots;
+    t->cap = n;
+    set_hints(t);
     return 1;
 }
 
 /* Unlinks e from its table and list without freeing it. */
-static void unlink_entry(const memory_store *m, shard *s, entry *e)
+static void unlink_entry(const memory_store *m, table *t, entry *e)
 {
     /* The hash is not kept in the entry (it would not fit the line); this
      * path is rare (release, eviction, purge) and ids are short. An id is
-     * in its shard's table once, so the lookup by id finds e's own slot. */
+     * in the table once, so the lookup by id finds e's own slot. */
     acemq__bytes id = {entry_id(e), e->id_len};
     entry *found;
-    remove_slot(s, probe(m, s, hash_id(&id), &id, &found));
-    list_remove(list_of(s, e), e);
-    s->count--;
+    remove_slot(t, probe(m, t, hash_id(&id), &id, &found));
+    list_remove(list_of(t, e), e);
+    t->count--;
 }
 
-static void drop(const memory_store *m, shard *s, entry *e)
+static void drop(const memory_store *m, table *t, entry *e)
 {
-    unlink_entry(m, s, e);
-    free_entry(s, e);
+    unlink_entry(m, t, e);
+    free_entry(t, e);
 }
 
-/* Drops one record that no live claim depends on, and hands it back in
- * *spare so a full store reuses the memory instead of a free and a malloc
- * per claim. 0 when room was made, ACEMQ_EFULL when the shard holds only
- * live claims. */
-static int make_room(acemq_idem *h, const memory_store *m, shard *s, int64_t now, entry **spare)
+/* Drops one entry of a full store, in the order the top of the file gives
+ * (an expired confirmation, else a claim past its lease, else the oldest
+ * confirmation), and hands its record back in *spare so a full store
+ * reuses the memory instead of a free and a malloc per claim. 0 when room
+ * was made, ACEMQ_EFULL when there is no confirmation and the claim whose
+ * lease was set longest ago still holds it. */
+static int make_room(acemq_idem *h, const memory_store *m, table *t, int64_t now, entry **spare)
 {
-    entry *e = s->confirmed.head;
-    if (e) {
-        if (e->expires <= now)
-            ACEMQ__IDEM_COUNT(h, expirations, 1);
-        else
-            ACEMQ__IDEM_COUNT(h, evictions, 1);
-    } else {
-        e = s->claims.head;
-        if (!e || e->lease_until > now) return ACEMQ_EFULL;
+    entry *confirmed = t->confirmed.head, *claim = t->claims.head, *e;
+    if (confirmed && confirmed->expires <= now) {
+        e = confirmed;
+        ACEMQ__IDEM_COUNT(h, expirations, 1);
+    } else if (claim && claim->lease_until <= now) {
+        e = claim;
         ACEMQ__IDEM_COUNT(h, evictions, 1);
+    } else if (confirmed) {
+        e = confirmed;
+        ACEMQ__IDEM_COUNT(h, evictions, 1);
+    } else {
+        return ACEMQ_EFULL;
     }
-    unlink_entry(m, s, e);
+    unlink_entry(m, t, e);
     *spare = e;
     return 0;
 }
@@ -605,33 +605,31 @@ static int set_fingerprint(entry *e, const acemq__bytes *fp)
     return 0;
 }
 
-static void grant(const memory_store *m, shard *s, entry *e, const acemq__claim_args *a,
-                  acemq_claim *out)
+static void grant(table *t, entry *e, const acemq__claim_args *a, acemq_claim *out)
 {
     e->state = STATE_CLAIMED;
-    e->token = (++s->next_token << m->shard_bits) | (uint64_t)(s - m->shards);
-    s->latest = e;
+    e->token = ++t->next_token;
+    t->latest = e;
     e->lease_until = a->lease_until_ms;
-    list_append(&s->claims, e);
+    list_append(&t->claims, e);
     out->token = e->token;
     out->lease_until_ms = e->lease_until;
 }
 
 /* Turns an existing entry into a fresh claim: a forgotten confirmation (which
  * keeps nothing of its past, fingerprint included) or an expired lease. */
-static int reclaim(const memory_store *m, shard *s, entry *e, int forgotten,
-                   const acemq__claim_args *a, acemq_claim *out)
+static int reclaim(table *t, entry *e, int forgotten, const acemq__claim_args *a, acemq_claim *out)
 {
     if (forgotten) clear_extras(e);
     int rc = set_fingerprint(e, &a->fingerprint);
     if (rc != 0) return rc;
-    list_remove(list_of(s, e), e);
+    list_remove(list_of(t, e), e);
     if (e->more) {
         free(e->more->result);
         e->more->result = NULL;
         e->more->result_len = 0;
     }
-    grant(m, s, e, a, out);
+    grant(t, e, a, out);
     return ACEMQ_CLAIMED;
 }
 
@@ -644,13 +642,13 @@ static void set_long_id(entry *e, unsigned char *buf)
 
 /* An entry for id: the spare one (a dropped record) when there is one, else
  * a record from the region. NULL when out of memory. */
-static entry *new_entry(memory_store *m, shard *s, entry *spare, const acemq__bytes *id)
+static entry *new_entry(memory_store *m, table *t, entry *spare, const acemq__bytes *id)
 {
     entry *e = spare;
     if (e) {
         clear_entry(e);
     } else {
-        e = alloc_entry(m, s);
+        e = alloc_entry(m, t);
         if (!e) return NULL;
         e->more = NULL;
     }
@@ -660,7 +658,7 @@ static entry *new_entry(memory_store *m, shard *s, entry *spare, const acemq__by
         unsigned char *p = malloc(id->len);
         if (!p) {
             e->id_len = 0;
-            free_entry(s, e);
+            free_entry(t, e);
             return NULL;
         }
         memcpy(p, id->data, id->len);
@@ -670,42 +668,44 @@ static entry *new_entry(memory_store *m, shard *s, entry *spare, const acemq__by
     return e;
 }
 
-/* A claim of an id the shard does not hold; i is the empty slot its lookup
- * ended on. */
-static int claim_new(acemq_idem *h, memory_store *m, shard *s, size_t i, uint64_t hash,
+/* A claim of an id the store does not hold; i is the empty slot its lookup
+ * ended on. Below max_entries it only adds; at the bound make_room drops
+ * one entry first or the claim is refused. */
+static int claim_new(acemq_idem *h, memory_store *m, table *t, size_t i, uint64_t hash,
                      const acemq__bytes *id, const acemq__claim_args *a, acemq_claim *out)
 {
     entry *spare = NULL, *absent;
-    if (s->count >= m->per_shard_max) {
-        if (make_room(h, m, s, a->now_ms, &spare) != 0)
-            return acemq__idem_fail(
-                h, ACEMQ_EFULL, "memory store: %zu live claims fill this shard (max_entries=%zu)",
-                s->count, h->opts.max_entries);
-        i = probe(m, s, hash, id, &absent); /* removing the spare may have shifted id's run */
+    if (t->count >= m->max_entries) {
+        if (make_room(h, m, t, a->now_ms, &spare) != 0)
+            return acemq__idem_fail(h, ACEMQ_EFULL,
+                                    "memory store: full: max_entries=%zu entries, all claims, the "
+                                    "oldest lease still running; live claims are never dropped",
+                                    m->max_entries);
+        i = probe(m, t, hash, id, &absent); /* removing the spare may have shifted id's run */
     } else {
-        int grew = maybe_grow(m, s);
+        int grew = maybe_grow(m, t);
         if (grew < 0) return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
-        if (grew) i = probe(m, s, hash, id, &absent); /* the table moved */
+        if (grew) i = probe(m, t, hash, id, &absent); /* the table moved */
     }
-    entry *e = new_entry(m, s, spare, id);
+    entry *e = new_entry(m, t, spare, id);
     if (!e || set_fingerprint(e, &a->fingerprint) != 0) {
-        if (e) free_entry(s, e);
+        if (e) free_entry(t, e);
         return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
     }
-    /* probe() flushed the shard's previous pending slot. */
-    s->tags[i] = tag_of(hash);
-    /* The slot is written by the shard's next reader of slots (flush_pending),
-     * dozens of claims later: its line is on its way by then. */
-    __builtin_prefetch(&s->slots[i], 1, 3);
-    s->pending_at = i;
-    s->pending.hash = (uint32_t)hash;
-    s->pending.index = acemq__record_index(&m->records, e);
-    s->count++;
-    grant(m, s, e, a, out);
+    /* probe() flushed the previous pending slot. */
+    t->tags[i] = tag_of(hash);
+    /* The slot is written by the next reader of slots (flush_pending): its
+     * line is on its way by then. */
+    __builtin_prefetch(&t->slots[i], 1, 3);
+    t->pending_at = i;
+    t->pending.hash = (uint32_t)hash;
+    t->pending.index = acemq__record_index(&m->records, e);
+    t->count++;
+    grant(t, e, a, out);
     return ACEMQ_CLAIMED;
 }
 
-static int decide_existing(acemq_idem *h, shard *s, entry *e, const acemq__claim_args *a,
+static int decide_existing(acemq_idem *h, table *t, entry *e, const acemq__claim_args *a,
                            acemq_claim *out)
 {
     /* Past retention a confirmation is forgotten, whatever fingerprint it had. */
@@ -732,7 +732,7 @@ static int decide_existing(acemq_idem *h, shard *s, entry *e, const acemq__claim
             return ACEMQ_IN_PROGRESS;
         }
     }
-    int rc = reclaim(h->self, s, e, forgotten, a, out);
+    int rc = reclaim(t, e, forgotten, a, out);
     if (rc != ACEMQ_CLAIMED) return acemq__idem_fail(h, rc, "memory store: out of memory");
     out->takeover = !forgotten;
     return rc;
@@ -741,12 +741,12 @@ static int decide_existing(acemq_idem *h, shard *s, entry *e, const acemq__claim
 static int claim_hashed(acemq_idem *h, memory_store *m, uint64_t hash, const acemq__bytes *id,
                         const acemq__claim_args *a, acemq_claim *out)
 {
-    shard *s = shard_for(m, hash);
-    acemq__shard_lock_take(&s->lock);
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
     entry *e;
-    size_t i = probe(m, s, hash, id, &e);
-    int rc = e ? decide_existing(h, s, e, a, out) : claim_new(h, m, s, i, hash, id, a, out);
-    acemq__shard_lock_give(&s->lock);
+    size_t i = probe(m, t, hash, id, &e);
+    int rc = e ? decide_existing(h, t, e, a, out) : claim_new(h, m, t, i, hash, id, a, out);
+    acemq__shard_lock_give(&t->lock);
     return rc;
 }
 
@@ -765,12 +765,12 @@ static uint64_t mem_prefetch(acemq_idem *h, const acemq__bytes *id)
 {
     memory_store *m = h->self;
     uint64_t hash = hash_id(id);
-    prefetch_tag(shard_for(m, hash), hash);
+    prefetch_tag(&m->t, hash);
     return hash;
 }
 
 /* Hashes a group of ids and prefetches their tags and slots, then claims them in
- * order, each under its shard's lock as try_claim would: by the time the
+ * order, each under the lock as try_claim would: by the time the
  * first claim probes, the other reads are in flight, so they overlap instead
  * of following one another. A later id of the group that repeats an earlier
  * one finds the earlier claim, as a later call would. */
@@ -784,7 +784,7 @@ static int mem_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
         for (size_t i = 0; i < k; i++) {
             if (ids[lo + i].len == 0) continue;
             hashes[i] = hash_id(&ids[lo + i]);
-            prefetch_tag_and_slot(shard_for(m, hashes[i]), hashes[i]);
+            prefetch_tag_and_slot(&m->t, hashes[i]);
         }
         for (size_t i = 0; i < k; i++) {
             if (ids[lo + i].len == 0) continue;
@@ -796,30 +796,23 @@ static int mem_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
 
 /* The entry for id when token is its current claim (or, for a repeated
  * confirm, its confirmation), else NULL. */
-static entry *fenced(const memory_store *m, shard *s, uint64_t hash, const acemq__bytes *id,
+static entry *fenced(const memory_store *m, table *t, uint64_t hash, const acemq__bytes *id,
                      uint64_t token, int confirmed_ok, int64_t now)
 {
-    entry *e = find(m, s, hash, id);
+    entry *e = find(m, t, hash, id);
     if (!e || e->token != token) return NULL;
     if (e->state == STATE_CLAIMED) return e;
     return confirmed_ok && e->expires > now ? e : NULL;
 }
 
-/* The shard a token was handed out by (any shard for a token that is not
- * one of ours; the lookup then finds nothing there). */
-static shard *shard_of_token(memory_store *m, uint64_t token)
+/* The commonest confirm follows its own claim: that claim is still the
+ * latest, so it is found with no hash and no probe. The token, the state
+ * and every byte of the id are checked, so an entry that has gone since,
+ * or another id's, is never taken; NULL sends the caller to the lookup by
+ * id. Under the lock. */
+static entry *latest_claim(const table *t, const acemq__bytes *id, uint64_t token)
 {
-    return &m->shards[token & (((uint64_t)1 << m->shard_bits) - 1)];
-}
-
-/* The commonest confirm follows its own claim: that claim is still its
- * shard's latest, and the token names the shard, so it is found with no
- * hash and no probe. The token, the state and every byte of the id are
- * checked, so an entry that has gone since, or another id's, is never
- * taken; NULL sends the caller to the lookup by id. Under s's lock. */
-static entry *latest_claim(const shard *s, const acemq__bytes *id, uint64_t token)
-{
-    entry *e = s->latest;
+    entry *e = t->latest;
     if (e && e->token == token && e->state == STATE_CLAIMED && e->id_len == id->len &&
         acemq__same_bytes(entry_id(e), id->data, id->len))
         return e;
@@ -849,21 +842,12 @@ static int mem_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
         }
         memcpy(copy, result->data, result->len);
     }
-    shard *s = shard_of_token(m, token);
-    acemq__shard_lock_take(&s->lock);
-    entry *e = latest_claim(s, id, token);
-    if (!e) {
-        uint64_t hash = hash_id(id);
-        shard *home = shard_for(m, hash);
-        if (home != s) {
-            acemq__shard_lock_give(&s->lock);
-            s = home;
-            acemq__shard_lock_take(&s->lock);
-        }
-        e = fenced(m, s, hash, id, token, 1, now_ms);
-    }
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
+    entry *e = latest_claim(t, id, token);
+    if (!e) e = fenced(m, t, hash_id(id), id, token, 1, now_ms);
     if (e) {
-        list_remove(list_of(s, e), e);
+        list_remove(list_of(t, e), e);
         e->state = STATE_CONFIRMED;
         e->expires = expires_ms;
         if (copy && !e->more) {
@@ -876,9 +860,9 @@ static int mem_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
             e->more->result_len = (uint32_t)result->len;
             copy = NULL;
         }
-        list_append(&s->confirmed, e);
+        list_append(&t->confirmed, e);
     }
-    acemq__shard_lock_give(&s->lock);
+    acemq__shard_lock_give(&t->lock);
     /* Tested first: free(NULL) is still a call through the PLT, and most
      * confirms carry no result. */
     if (copy) free(copy);
@@ -890,11 +874,11 @@ static int mem_release(acemq_idem *h, const acemq__bytes *id, uint64_t token, in
 {
     memory_store *m = h->self;
     uint64_t hash = hash_id(id);
-    shard *s = shard_for(m, hash);
-    acemq__shard_lock_take(&s->lock);
-    entry *e = fenced(m, s, hash, id, token, 0, now_ms);
-    if (e) drop(m, s, e);
-    acemq__shard_lock_give(&s->lock);
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
+    entry *e = fenced(m, t, hash, id, token, 0, now_ms);
+    if (e) drop(m, t, e);
+    acemq__shard_lock_give(&t->lock);
     return e ? 0 : stale(h, "release");
 }
 
@@ -903,11 +887,15 @@ static int mem_renew(acemq_idem *h, const acemq__bytes *id, uint64_t token, int6
 {
     memory_store *m = h->self;
     uint64_t hash = hash_id(id);
-    shard *s = shard_for(m, hash);
-    acemq__shard_lock_take(&s->lock);
-    entry *e = fenced(m, s, hash, id, token, 0, now_ms);
-    if (e) e->lease_until = lease_until_ms;
-    acemq__shard_lock_give(&s->lock);
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
+    entry *e = fenced(m, t, hash, id, token, 0, now_ms);
+    if (e) { /* to the tail: claims stay in the order their leases were set */
+        e->lease_until = lease_until_ms;
+        list_remove(&t->claims, e);
+        list_append(&t->claims, e);
+    }
+    acemq__shard_lock_give(&t->lock);
     return e ? 0 : stale(h, "renew");
 }
 
@@ -915,11 +903,11 @@ static int mem_is_confirmed(acemq_idem *h, const acemq__bytes *id, int64_t now_m
 {
     memory_store *m = h->self;
     uint64_t hash = hash_id(id);
-    shard *s = shard_for(m, hash);
-    acemq__shard_lock_take(&s->lock);
-    entry *e = find(m, s, hash, id);
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
+    entry *e = find(m, t, hash, id);
     int confirmed = e && e->state == STATE_CONFIRMED && e->expires > now_ms;
-    acemq__shard_lock_give(&s->lock);
+    acemq__shard_lock_give(&t->lock);
     return confirmed;
 }
 
@@ -928,56 +916,49 @@ static int mem_purge(acemq_idem *h, int64_t now_ms, uint64_t *purged)
     memory_store *m = h->self;
     int64_t abandoned_before = now_ms - m->retention_ms;
     uint64_t n = 0;
-    for (size_t i = 0; i < (size_t)1 << m->shard_bits; i++) {
-        shard *s = &m->shards[i];
-        acemq__shard_lock_take(&s->lock);
-        /* Confirm order is not expiry order if the clock stepped back, so
-         * walk the whole list rather than stop at the first live record. */
-        for (entry *e = s->confirmed.head, *next; e; e = next) {
-            next = e->next;
-            if (e->expires <= now_ms) {
-                drop(m, s, e);
-                n++;
-            }
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
+    /* Confirm order is not expiry order if the clock stepped back, and
+     * leases differ in length, so walk the whole lists rather than stop at
+     * the first live record. */
+    for (entry *e = t->confirmed.head, *next; e; e = next) {
+        next = e->next;
+        if (e->expires <= now_ms) {
+            drop(m, t, e);
+            n++;
         }
-        for (entry *e = s->claims.head, *next; e; e = next) {
-            next = e->next;
-            if (e->lease_until <= abandoned_before) {
-                drop(m, s, e);
-                n++;
-            }
-        }
-        acemq__shard_lock_give(&s->lock);
     }
+    for (entry *e = t->claims.head, *next; e; e = next) {
+        next = e->next;
+        if (e->lease_until <= abandoned_before) {
+            drop(m, t, e);
+            n++;
+        }
+    }
+    acemq__shard_lock_give(&t->lock);
     *purged = n;
     return 0;
 }
 
-static void free_shards(memory_store *m, size_t nshards)
+/* Frees everything the store holds; the lock too when lock_ready. */
+static void free_store(memory_store *m, int lock_ready)
 {
-    for (size_t i = 0; i < nshards; i++) {
-        shard *s = &m->shards[i];
-        acemq__shard_lock_destroy(&s->lock);
-    }
-    /* Every record taken from the region is live, on a free list owning
+    if (lock_ready) acemq__shard_lock_destroy(&m->t.lock);
+    /* Every record taken from the region is live, on the free list owning
      * nothing, or not used yet (zero, owning nothing), so a walk of all of
      * them, in address order, frees all there is. */
     for (size_t i = 0; i < m->records.taken; i++)
         clear_entry(record(m, (uint32_t)i));
-    free(m->shards);
     acemq__records_destroy(&m->records);
-    acemq__arena_destroy(&m->arena); /* the tables */
+    acemq__arena_destroy(&m->arena); /* the table, and any it outgrew */
 }
 
 size_t acemq__memory_idem_slots(acemq_idem *h)
 {
     memory_store *m = h->self;
-    size_t slots = 0;
-    for (size_t i = 0; i < ((size_t)1 << m->shard_bits); i++) {
-        acemq__shard_lock_take(&m->shards[i].lock);
-        slots += m->shards[i].cap;
-        acemq__shard_lock_give(&m->shards[i].lock);
-    }
+    acemq__shard_lock_take(&m->t.lock);
+    size_t slots = m->t.cap;
+    acemq__shard_lock_give(&m->t.lock);
     return slots;
 }
 
@@ -991,7 +972,7 @@ static void mem_close(acemq_idem *h)
 {
     memory_store *m = h->self;
     if (!m) return;
-    free_shards(m, (size_t)1 << m->shard_bits);
+    free_store(m, 1);
     free(m);
     h->self = NULL;
 }
@@ -1010,44 +991,33 @@ static const acemq__idem_methods memory_methods = {
     .prefetch = mem_prefetch,
 };
 
-/* Small stores get one shard so that max_entries is exact; large ones get up
- * to 64 so that threads spread over locks. */
-static unsigned pick_shard_bits(size_t max_entries)
+/* The slots the table starts with: INITIAL_SLOTS, or with presize all it
+ * will ever have (bound_slots), so that it never grows (see the top). */
+static size_t initial_slots(size_t max_entries, unsigned max_load, int presize)
 {
-    unsigned bits = 0;
-    while (bits < MAX_SHARD_BITS && (max_entries >> (bits + 1)) >= MIN_ENTRIES_PER_SHARD)
-        bits++;
-    return bits;
-}
-
-/* The slots a shard starts with: INITIAL_SLOTS, or with presize all it will
- * ever have (bound_slots), so that it never grows (see the top). */
-static size_t initial_slots(size_t per_shard_max, unsigned max_load, int presize)
-{
-    size_t most = slots_for(per_shard_max, max_load);
+    size_t most = slots_for(max_entries, max_load);
     return !presize || most < INITIAL_SLOTS ? INITIAL_SLOTS : most;
 }
 
-/* Every shard's first table; presized ones faulted in (see the top). 0, or
+/* The first table; a presized one faulted in (see the top). 0, or
  * ACEMQ_ENOMEM with *fault_errno set when the kernel could not fault a
- * presized table in (0 when the tables could not be had at all). */
-static int allocate_slots(memory_store *m, size_t nshards, int presize, int *fault_errno)
+ * presized table in (0 when the table could not be had at all). */
+static int allocate_slots(memory_store *m, int presize, int *fault_errno)
 {
-    size_t want = initial_slots(m->per_shard_max, m->max_load, presize);
+    table *t = &m->t;
+    size_t want = initial_slots(m->max_entries, m->max_load, presize);
     *fault_errno = 0;
-    for (size_t i = 0; i < nshards; i++) {
-        m->shards[i].tags = acemq__arena_alloc(&m->arena, want);
-        m->shards[i].slots = acemq__arena_alloc(&m->arena, want * sizeof(slot));
-        if (!m->shards[i].tags || !m->shards[i].slots) return ACEMQ_ENOMEM;
-        if (presize && (acemq__prefault(m->shards[i].tags, want) != 0 ||
-                        acemq__prefault(m->shards[i].slots, want * sizeof(slot)) != 0)) {
-            *fault_errno = errno;
-            return ACEMQ_ENOMEM;
-        }
-        m->shards[i].cap = want;
-        m->shards[i].pending_at = NO_PENDING;
-        set_hints(&m->shards[i]);
+    t->tags = acemq__arena_alloc(&m->arena, want);
+    t->slots = acemq__arena_alloc(&m->arena, want * sizeof(slot));
+    if (!t->tags || !t->slots) return ACEMQ_ENOMEM;
+    if (presize && (acemq__prefault(t->tags, want) != 0 ||
+                    acemq__prefault(t->slots, want * sizeof(slot)) != 0)) {
+        *fault_errno = errno;
+        return ACEMQ_ENOMEM;
     }
+    t->cap = want;
+    t->pending_at = NO_PENDING;
+    set_hints(t);
     return 0;
 }
 
@@ -1057,12 +1027,10 @@ static int allocate_slots(memory_store *m, size_t nshards, int presize, int *fau
  * in would end in the out-of-memory killer (memory_room.h). */
 static int check_presize_fits(acemq_idem *h, unsigned max_load)
 {
-    /* What open then takes: every shard's records and its whole table of
-     * slots and tags (max_entries <= 2^30: no overflow). */
-    size_t nshards = (size_t)1 << pick_shard_bits(h->opts.max_entries);
-    size_t per_shard_max = h->opts.max_entries / nshards;
-    size_t slots = initial_slots(per_shard_max, max_load, 1);
-    size_t need = nshards * (per_shard_max * ACEMQ__RECORD_SIZE + slots * (sizeof(slot) + 1));
+    /* What open then takes: the records of max_entries and the whole table
+     * of slots and tags (max_entries <= 2^30: no overflow). */
+    size_t max = h->opts.max_entries;
+    size_t need = max * ACEMQ__RECORD_SIZE + initial_slots(max, max_load, 1) * (sizeof(slot) + 1);
     acemq__memory_room room;
     acemq__memory_room_get(&room);
     if (need <= room.bytes) return 0;
@@ -1115,26 +1083,19 @@ int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url)
         free(m);
         return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
     }
-    m->shard_bits = pick_shard_bits(h->opts.max_entries);
-    size_t nshards = (size_t)1 << m->shard_bits;
-    m->per_shard_max = h->opts.max_entries / nshards;
+    m->max_entries = h->opts.max_entries;
     m->max_load = (unsigned)max_load;
     m->retention_ms = h->opts.retention_ms;
-    m->shards = calloc(nshards, sizeof *m->shards);
-    int rc = m->shards ? acemq__records_init(&m->records, m->per_shard_max * nshards,
-                                             (int)ahead && !presize)
-                       : ACEMQ_ENOMEM;
+    int rc = acemq__records_init(&m->records, m->max_entries, (int)ahead && !presize);
     int fault_errno = 0;
-    if (rc == 0) rc = allocate_slots(m, nshards, (int)presize, &fault_errno);
+    if (rc == 0) rc = allocate_slots(m, (int)presize, &fault_errno);
     if (rc == 0 && presize && acemq__records_prefault(&m->records) != 0) {
         fault_errno = errno;
         rc = ACEMQ_ENOMEM;
     }
-    size_t ready = 0;
-    while (rc == 0 && ready < nshards && acemq__shard_lock_init(&m->shards[ready].lock) == 0)
-        ready++;
-    if (rc != 0 || ready < nshards) {
-        free_shards(m, ready); /* and the arena, with every table in it */
+    int lock_ready = rc == 0 && acemq__shard_lock_init(&m->t.lock) == 0;
+    if (!lock_ready) {
+        free_store(m, 0); /* and the arena, with the table in it */
         free(m);
         if (fault_errno)
             return acemq__idem_fail(h, ACEMQ_ENOMEM,

@@ -155,53 +155,225 @@ static void expired_confirmations_make_room_first(void **state)
     close_fixture(f);
 }
 
-/* A big store spreads over shards; the bound still holds in sum, and the
- * tables stop at what it needs: slots_per_shard for a shard's 1,024
- * entries at the store's load bound, in whole lines of tags, never a
- * power of two past it. */
-static void check_sharded_bound(const char *url, size_t slots_per_shard)
+/* Ids as producers make them: UUID text, 36 bytes, version 4 (random) or 7
+ * (a millisecond timestamp, then random bits), from a fixed seed so that a
+ * failure repeats. Random bits spread over the table as real ids do. */
+enum { UUID_LEN = 36 };
+typedef struct uuid_text {
+    char s[UUID_LEN + 1];
+} uuid_text;
+
+static uint64_t next_random(uint64_t *x)
 {
-    fixture *f = open_bounded(url);
-    enum { N = 100000 };
-    claim_and_confirm_first(f, N);
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uuid_text *make_uuids(size_t n, int version, uint64_t seed)
+{
+    uuid_text *ids = calloc(n, sizeof *ids);
+    assert_non_null(ids);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t hi = next_random(&seed), lo = next_random(&seed);
+        if (version == 7)
+            hi = ((uint64_t)(T0 + (int64_t)i) << 16) | (hi & 0x0FFFu) | 0x7000u;
+        else
+            hi = (hi & ~(uint64_t)0xF000u) | 0x4000u;
+        lo = (lo & ~((uint64_t)3 << 62)) | ((uint64_t)2 << 62); /* the RFC 4122 variant */
+        int len =
+            snprintf(ids[i].s, sizeof ids[i].s, "%08x-%04x-%04x-%04x-%012llx", (unsigned)(hi >> 32),
+                     (unsigned)(hi >> 16) & 0xFFFFu, (unsigned)hi & 0xFFFFu, (unsigned)(lo >> 48),
+                     (unsigned long long)(lo & 0xFFFFFFFFFFFFull));
+        assert_int_equal(len, UUID_LEN);
+    }
+    return ids;
+}
+
+static int claim_uuid(fixture *f, const uuid_text *id, acemq_claim *c)
+{
+    return acemq_idem_try_claim(f->store, id->s, UUID_LEN, NULL, c);
+}
+
+/* Asserts what a claim of each of ids[from..to) answers, and that it
+ * changes nothing (a duplicate or an id in progress stays as it was). */
+static void expect_each(fixture *f, const uuid_text *ids, size_t from, size_t to, int want)
+{
+    acemq_claim c;
+    for (size_t i = from; i < to; i++)
+        assert_int_equal(claim_uuid(f, &ids[i], &c), want);
+}
+
+static void expect_counts(fixture *f, uint64_t evictions, uint64_t expirations)
+{
     acemq_idem_stats s;
     assert_int_equal(acemq_idem_stats_get(f->store, &s), 0);
-    assert_true(s.evictions >= N - 65536);
-    int remembered = 0;
-    for (int i = 0; i < N; i++)
-        remembered += is_confirmed_n(f, i);
-    assert_int_equal(remembered, N - (int)s.evictions);
-    assert_true(remembered <= 65536);
-    assert_int_equal(acemq__memory_idem_slots(f->store), 64 * slots_per_shard);
+    assert_int_equal(s.evictions, evictions);
+    assert_int_equal(s.expirations, expirations);
+}
+
+/* A store below max_entries forgets no confirmed id, however the ids fall in
+ * its table: max_entries - 1 and then max_entries UUIDs, each claimed and
+ * confirmed, are all duplicates afterwards and nothing was evicted. The
+ * next new id makes room by evicting the confirmation made longest ago,
+ * and only it. */
+static void check_filled_to_the_bound(const char *url, size_t max, int version, uint64_t seed)
+{
+    fixture *f = open_bounded(url);
+    uuid_text *ids = make_uuids(max + 1, version, seed);
+    acemq_claim c;
+    for (size_t i = 0; i < max; i++) {
+        assert_int_equal(claim_uuid(f, &ids[i], &c), ACEMQ_CLAIMED);
+        assert_int_equal(acemq_idem_confirm(f->store, ids[i].s, UUID_LEN, c.token), 0);
+        if (i == max - 2) {
+            expect_each(f, ids, 0, max - 1, ACEMQ_ALREADY_CONFIRMED);
+            expect_counts(f, 0, 0);
+        }
+    }
+    expect_each(f, ids, 0, max, ACEMQ_ALREADY_CONFIRMED);
+    expect_counts(f, 0, 0);
+    /* At the bound: the oldest confirmation goes, the rest stay. */
+    assert_int_equal(claim_uuid(f, &ids[max], &c), ACEMQ_CLAIMED);
+    expect_counts(f, 1, 0);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, ids[0].s, UUID_LEN), 0);
+    expect_each(f, ids, 1, max, ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(claim_uuid(f, &ids[max], &c), ACEMQ_IN_PROGRESS);
+    free(ids);
     close_fixture(f);
 }
 
-/* 65,536 entries is a small store: its tables are at most half full, 2,112
- * slots a shard (2,049 rounded up to lines of tags), grown to that. */
-static void sharded_bound_holds(void **state)
+static void a_store_below_its_bound_forgets_no_confirmed_id(void **state)
 {
     (void)state;
-    check_sharded_bound("memory:?max_entries=65536", 2112);
+    check_filled_to_the_bound("memory:?max_entries=4096", 4096, 4, 1);
+    check_filled_to_the_bound("memory:?max_entries=4096&presize=1&max_load=7", 4096, 7, 2);
+    check_filled_to_the_bound("memory:?max_entries=65536", 65536, 7, 3);
+    check_filled_to_the_bound("memory:?max_entries=65536&presize=1", 65536, 4, 4);
 }
 
-/* max_load=7: 7/8 full, 1,216 slots a shard, never 2,048. */
-static void sharded_bound_holds_at_seven_eighths(void **state)
+/* max_entries live claims are all held, none refused; the next new id is
+ * refused with ACEMQ_EFULL and drops none of them. Once the leases run out,
+ * the next new id takes the place of the claim taken longest ago. */
+static void a_store_holds_live_claims_up_to_its_bound(void **state)
 {
     (void)state;
-    check_sharded_bound("memory:?max_entries=65536&max_load=7", 1216);
+    enum { MAX = 4096 };
+    fixture *f = open_bounded("memory:?max_entries=4096");
+    uuid_text *ids = make_uuids(MAX + 1, 4, 5);
+    acemq_claim c;
+    uint64_t first_token = 0;
+    for (size_t i = 0; i < MAX; i++) {
+        assert_int_equal(claim_uuid(f, &ids[i], &c), ACEMQ_CLAIMED);
+        if (i == 0) first_token = c.token;
+    }
+    assert_int_equal(claim_uuid(f, &ids[MAX], &c), ACEMQ_EFULL);
+    assert_non_null(strstr(acemq_idem_errmsg(f->store), "live claims"));
+    expect_each(f, ids, 0, MAX, ACEMQ_IN_PROGRESS);
+    expect_counts(f, 0, 0);
+    acemq_manual_clock_advance(f->clock, 1000); /* the 1 s leases run out */
+    assert_int_equal(claim_uuid(f, &ids[MAX], &c), ACEMQ_CLAIMED);
+    expect_counts(f, 1, 0);
+    assert_int_equal(acemq_idem_confirm(f->store, ids[0].s, UUID_LEN, first_token), ACEMQ_ESTALE);
+    /* The others ran out but were not dropped: each is taken over. */
+    assert_int_equal(claim_uuid(f, &ids[1], &c), ACEMQ_CLAIMED);
+    assert_int_equal(c.takeover, 1);
+    free(ids);
+    close_fixture(f);
 }
 
-/* Tables sized for max_entries at open: the same bound, with no doubling on
- * the way to it (and none needed past it). */
+/* At the bound a new id's claim drops, in this order: the confirmation made
+ * longest ago if its retention ran out (an expiration), else the claim whose
+ * lease was set longest ago if that lease ran out (an eviction), else the
+ * confirmation made longest ago (an eviction); with none of these it is
+ * refused. A claim past its lease goes before a live confirmation, which
+ * still stops a duplicate. */
+static void at_the_bound_entries_go_in_the_documented_order(void **state)
+{
+    (void)state;
+    fixture *f = open_bounded("memory:?max_entries=3");
+    acemq_claim a, b, c, d, e, x;
+    assert_int_equal(acemq_idem_try_claim(f->store, "a", 1, NULL, &a), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm(f->store, "a", 1, a.token), 0);
+    assert_int_equal(acemq_idem_try_claim(f->store, "b", 1, NULL, &b), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_try_claim(f->store, "c", 1, NULL, &c), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_confirm(f->store, "c", 1, c.token), 0);
+    /* b's lease runs out: b goes, not the live confirmation a. */
+    acemq_manual_clock_advance(f->clock, 1000);
+    assert_int_equal(acemq_idem_try_claim(f->store, "d", 1, NULL, &d), ACEMQ_CLAIMED);
+    expect_counts(f, 1, 0);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, "a", 1), 1);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, "c", 1), 1);
+    assert_int_equal(acemq_idem_confirm(f->store, "b", 1, b.token), ACEMQ_ESTALE);
+    /* a's and c's retention runs out, and d's lease: a goes first, as an
+     * expiration, and d, past its lease but not taken over, still confirms. */
+    acemq_manual_clock_advance(f->clock, 59000);
+    assert_int_equal(acemq_idem_try_claim(f->store, "e", 1, NULL, &e), ACEMQ_CLAIMED);
+    expect_counts(f, 1, 1);
+    assert_int_equal(acemq_idem_confirm(f->store, "d", 1, d.token), 0);
+    /* c (expired) goes next, then d, a live confirmation, as an eviction. */
+    assert_int_equal(acemq_idem_try_claim(f->store, "f", 1, NULL, &x), ACEMQ_CLAIMED);
+    expect_counts(f, 1, 2);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, "d", 1), 1);
+    assert_int_equal(acemq_idem_try_claim(f->store, "g", 1, NULL, &x), ACEMQ_CLAIMED);
+    expect_counts(f, 2, 2);
+    assert_int_equal(acemq_idem_is_confirmed(f->store, "d", 1), 0);
+    /* e, f and g are live claims: the next new id is refused. */
+    assert_int_equal(acemq_idem_try_claim(f->store, "h", 1, NULL, &x), ACEMQ_EFULL);
+    expect_counts(f, 2, 2);
+    /* A renewal counts as the lease's setting: e, renewed, outlives f. */
+    assert_int_equal(acemq_idem_renew(f->store, "e", 1, e.token, 5000), 0);
+    acemq_manual_clock_advance(f->clock, 1000); /* f's and g's leases run out */
+    assert_int_equal(acemq_idem_try_claim(f->store, "h", 1, NULL, &x), ACEMQ_CLAIMED);
+    expect_counts(f, 3, 2);
+    assert_int_equal(acemq_idem_try_claim(f->store, "e", 1, NULL, &x), ACEMQ_IN_PROGRESS);
+    close_fixture(f);
+}
+
+/* 100,000 ids through a store of 65,536: it keeps exactly the newest
+ * 65,536, evicting the rest oldest first, and its table stops at what the
+ * bound needs (slots, at the store's load bound, in whole lines of tags),
+ * never a power of two past it. */
+static void check_bound(const char *url, size_t slots)
+{
+    fixture *f = open_bounded(url);
+    enum { N = 100000, MAX = 65536 };
+    claim_and_confirm_first(f, N);
+    acemq_idem_stats s;
+    assert_int_equal(acemq_idem_stats_get(f->store, &s), 0);
+    assert_int_equal(s.evictions, N - MAX);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(is_confirmed_n(f, i), i >= N - MAX);
+    assert_int_equal(acemq__memory_idem_slots(f->store), slots);
+    close_fixture(f);
+}
+
+/* 65,536 entries is a small store: its table is at most half full, 131,136
+ * slots (131,073 rounded up to lines of tags), grown to that. */
+static void bound_holds(void **state)
+{
+    (void)state;
+    check_bound("memory:?max_entries=65536", 131136);
+}
+
+/* max_load=7: 7/8 full, 74,944 slots, never 131,072. */
+static void bound_holds_at_seven_eighths(void **state)
+{
+    (void)state;
+    check_bound("memory:?max_entries=65536&max_load=7", 74944);
+}
+
+/* A table sized for max_entries at open: the same bound, with no doubling
+ * on the way to it (and none needed past it). */
 static void presized_bound_holds(void **state)
 {
     (void)state;
-    check_sharded_bound("memory:?max_entries=65536&presize=1", 2112);
-    check_sharded_bound("memory:?max_entries=65536&presize=1&max_load=7", 1216);
+    check_bound("memory:?max_entries=65536&presize=1", 131136);
+    check_bound("memory:?max_entries=65536&presize=1&max_load=7", 74944);
 }
 
-/* A table that holds a shard's share of max_entries has as many slots as
- * that needs, not a power of two (1,000 entries at 7/8: one shard, 1,152
+/* A table that holds max_entries has as many slots as that needs, not a
+ * power of two (1,000 entries at 7/8: 1,152
  * slots, 87% full when the store is), so probe runs, long at that load,
  * wrap at its end, from its last group of sixteen tags to its first.
  * Filled to the bound with live claims, every id is found, the next claim
@@ -282,19 +454,19 @@ static void a_growing_table_stops_at_what_max_entries_needs(void **state)
     close_fixture(f);
 }
 
-/* The choice of load: a store above 65,536 entries fills its tables to 7/8
- * unless max_load says otherwise (70,000 entries: 64 shards of 1,093, 1,250
- * slots each at 7/8 and 2,187 at 4/8, in whole lines of tags). */
+/* The choice of load: a store above 65,536 entries fills its table to 7/8
+ * unless max_load says otherwise (70,000 entries: 80,001 slots at 7/8 and
+ * 140,001 at 4/8, rounded up to whole lines of tags). */
 static void a_large_store_fills_its_tables_to_seven_eighths(void **state)
 {
     (void)state;
     acemq_idem *h = NULL;
     assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=70000&presize=1", NULL), 0);
-    assert_int_equal(acemq__memory_idem_slots(h), 64 * 1280);
+    assert_int_equal(acemq__memory_idem_slots(h), 80064);
     acemq_idem_close(h);
     assert_int_equal(acemq_idem_open(&h, "memory:?max_entries=70000&presize=1&max_load=4", NULL),
                      0);
-    assert_int_equal(acemq__memory_idem_slots(h), 64 * 2240);
+    assert_int_equal(acemq__memory_idem_slots(h), 140032);
     acemq_idem_close(h);
 }
 
@@ -590,7 +762,7 @@ static void batch_on_a_full_store(void **state)
     close_fixture(f);
 }
 
-/* One batch large enough that the shards' tables double while it runs (the
+/* One batch large enough that the table doubles while it runs (the
  * slots it prefetched then belong to freed arrays): every id is claimed. */
 static void batch_across_growth(void **state)
 {
@@ -614,13 +786,13 @@ static void batch_across_growth(void **state)
     close_fixture(f);
 }
 
-/* A new id's slot is written by the shard's next operation that reads
+/* A new id's slot is written by the store's next operation that reads
  * slots, not by its own claim (memory_idem.c, flush_pending). Whatever comes
  * right after a claim must still see the id: another claim of it (a lookup),
  * a renew and an is_confirmed (lookups), a release (an unlink, which finds
  * the slot by its record), a claim that grows the table, and a confirm that
- * is not of the latest claim (a lookup again). One shard (a bound under
- * 2,048 entries), so every operation meets the one before. */
+ * is not of the latest claim (a lookup again). Every operation meets the
+ * one before in the one table. */
 static void each_operation_after_a_claim_sees_its_id(void **state)
 {
     (void)state;
@@ -666,8 +838,8 @@ static void each_operation_after_a_claim_sees_its_id(void **state)
 
 /* A purge finds nothing to look up first, so it is the unlink that must
  * write the latest claim's slot before it shifts the probe runs the purged
- * records leave (backward shift reads each slot's hash). Each round fills
- * one shard with confirmations, lets their retention run out, claims one
+ * records leave (backward shift reads each slot's hash). Each round
+ * confirms 60 ids, lets their retention run out, claims one
  * more id and purges at once: the new claim must stay held and findable,
  * the purged ids free. */
 static void a_purge_right_after_a_claim_keeps_the_table_whole(void **state)
@@ -703,10 +875,9 @@ static void a_purge_right_after_a_claim_keeps_the_table_whole(void **state)
     close_fixture(f);
 }
 
-/* A confirm right after its claim is found through the shard's latest
+/* A confirm right after its claim is found through the store's latest
  * claim, not by hashing the id: that shortcut must take only the claim the
- * token and the id both name. Tokens name their shard and are unique across
- * the store. */
+ * token and the id both name. Tokens are unique across the store. */
 static void a_confirm_takes_only_its_own_claim(void **state)
 {
     (void)state;
@@ -724,7 +895,7 @@ static void a_confirm_takes_only_its_own_claim(void **state)
     /* Twice is not an error, and leaves one confirmed record. */
     assert_int_equal(acemq_idem_confirm(f->store, "order-alpha", 11, a.token), 0);
     /* Past its retention the record is forgotten: its token confirms
-     * nothing, though the record is still the shard's latest claim. */
+     * nothing, though the record is still the latest claim. */
     acemq_claim old;
     assert_int_equal(acemq_idem_try_claim(f->store, "order-omega", 11, NULL, &old), ACEMQ_CLAIMED);
     assert_int_equal(acemq_idem_confirm(f->store, "order-omega", 11, old.token), 0);
@@ -744,7 +915,7 @@ static void a_confirm_takes_only_its_own_claim(void **state)
     assert_true(probe.token > b.token);
     assert_int_equal(acemq_idem_confirm(f->store, "order-delta", 11, b.token), ACEMQ_ESTALE);
     assert_int_equal(acemq_idem_confirm(f->store, "order-delta", 11, probe.token), 0);
-    /* Tokens differ across the store (64 shards here), not only per id. */
+    /* Tokens differ across the store, not only per id. */
     enum { N = 2000 };
     static uint64_t tokens[N];
     for (int i = 0; i < N; i++) {
@@ -808,8 +979,11 @@ int main(void)
         cmocka_unit_test(bound_evicts_oldest_confirmed),
         cmocka_unit_test(live_claims_are_never_evicted),
         cmocka_unit_test(expired_confirmations_make_room_first),
-        cmocka_unit_test(sharded_bound_holds),
-        cmocka_unit_test(sharded_bound_holds_at_seven_eighths),
+        cmocka_unit_test(a_store_below_its_bound_forgets_no_confirmed_id),
+        cmocka_unit_test(a_store_holds_live_claims_up_to_its_bound),
+        cmocka_unit_test(at_the_bound_entries_go_in_the_documented_order),
+        cmocka_unit_test(bound_holds),
+        cmocka_unit_test(bound_holds_at_seven_eighths),
         cmocka_unit_test(presized_bound_holds),
         cmocka_unit_test(a_presized_table_of_any_size_keeps_every_id),
         cmocka_unit_test(a_growing_table_stops_at_what_max_entries_needs),
