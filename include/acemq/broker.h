@@ -133,7 +133,8 @@ ACEMQ_EXTERN int acemq_broker_collect(acemq_broker *b);
 ACEMQ_EXTERN int acemq_broker_blocked(const acemq_broker *b);
 ACEMQ_EXTERN void acemq_broker_stop_waiting(acemq_broker *b);
 
-/* The broker's own words for the last error on b; with b NULL, why the last
+/* The broker's own words for the last error on b, or the argument that was
+ * wrong; a call that succeeds leaves it as it was. With b NULL, why the last
  * acemq_broker_open in this thread failed. */
 ACEMQ_EXTERN const char *acemq_broker_errmsg(const acemq_broker *b);
 

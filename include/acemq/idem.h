@@ -141,9 +141,9 @@ typedef struct acemq_idem_key {
  * A bad element (NULL, empty or over-long id, bad opts[i]) or one the store
  * refuses (ACEMQ_EFULL, ACEMQ_EMISMATCH, ...) gets its error in status[i]
  * and does not stop the others; acemq_idem_errmsg() then tells the last such
- * error. The memory store hashes the ids and prefetches their slots before it
- * claims any of them, so the cache misses of a batch overlap; other stores
- * claim one id after the other.
+ * error in element order, naming the element ("keys[3].id is empty"). The memory store hashes the
+ * ids and prefetches their slots before it claims any of them, so the cache misses of a batch
+ * overlap; other stores claim one id after the other.
  *
  * opts: NULL, or n per-claim options, opts[i] for keys[i]. keys, out and
  * status: n elements each (may be NULL only when n is 0).
@@ -185,9 +185,10 @@ ACEMQ_EXTERN int acemq_idem_purge(acemq_idem *h, uint64_t *purged);
 ACEMQ_EXTERN int acemq_idem_stats_get(acemq_idem *h, acemq_idem_stats *out);
 
 /* The last error this handle met, in the backend's own words where it had some
- * (what SQLite said, for instance). "" when none. With h NULL: why the last
- * open in this thread failed. The text is copied per thread: it stays valid in
- * the calling thread until its next errmsg call. */
+ * (what SQLite said, for instance), else naming the argument that was wrong.
+ * "" when none; a call that succeeds leaves it as it was. With h NULL: why the
+ * last open in this thread failed. The text is copied per thread: it stays
+ * valid in the calling thread until its next errmsg call. */
 ACEMQ_EXTERN const char *acemq_idem_errmsg(acemq_idem *h);
 
 /* The name of a try_claim result: "CLAIMED", "ALREADY_CONFIRMED", "IN_PROGRESS". */

@@ -179,7 +179,8 @@ ACEMQ_EXTERN int acemq_outbox_purge(acemq_outbox *h, int64_t older_than_ms, uint
  * not be heard. */
 ACEMQ_EXTERN int acemq_outbox_wait(acemq_outbox *h, int timeout_ms);
 
-/* The backend's own words for the last error on h; with h NULL, why the last
+/* The backend's own words for the last error on h, or the argument that was
+ * wrong; a call that succeeds leaves it as it was. With h NULL, why the last
  * acemq_outbox_open or add in this thread failed. */
 ACEMQ_EXTERN const char *acemq_outbox_errmsg(const acemq_outbox *h);
 

@@ -102,6 +102,9 @@ ACEMQ_EXTERN void acemq_relay_stop(acemq_relay *r);
 /* A consistent copy of the counters; safe from any thread. */
 ACEMQ_EXTERN void acemq_relay_stats_get(acemq_relay *r, acemq_relay_stats *out);
 
+/* The last error on r: which call failed and why, in the outbox's or the
+ * broker's words; "" when none. A step that succeeds leaves it as it was.
+ * With r NULL, why the last acemq_relay_new in this thread failed. */
 ACEMQ_EXTERN const char *acemq_relay_errmsg(const acemq_relay *r);
 
 #ifdef __cplusplus

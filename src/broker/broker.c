@@ -1,5 +1,7 @@
 /* broker.c — the backend-neutral half of publishing: options, argument checks,
- * error text, and the promise that every message ends with an outcome. */
+ * error text, and the promise that every message ends with an outcome.
+ * Every error a call returns leaves its own text on the handle (or, for
+ * open, on the thread); a success leaves the last error's text as it was. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -129,23 +131,30 @@ uint32_t acemq__broker_confirm_us(int64_t sent_us, int64_t at_us)
     return d <= 0 ? 0 : d >= (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)d;
 }
 
+/* The first field of m the backends cannot do without that is missing, or NULL. */
+static const char *missing_field(const acemq_broker_msg *m)
+{
+    if (!m->exchange) return "exchange is NULL";
+    if (!m->routing_key) return "routing_key is NULL";
+    if (!m->message_id) return "message_id is NULL";
+    if (!m->body && m->body_len) return "body is NULL but body_len is not 0";
+    return NULL;
+}
+
 /* Every result UNKNOWN before the backend runs, and every message checked for
  * what the backends cannot do without. */
 static int check_and_reset(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
                            acemq_publish_result *results)
 {
     if (!msgs || !results)
-        return acemq__broker_fail(b, ACEMQ_EINVAL, "msgs and results must not be NULL");
+        return acemq__broker_fail(b, ACEMQ_EINVAL, "%s must not be NULL",
+                                  !msgs ? "msgs" : "results");
     for (size_t i = 0; i < n; i++) {
         results[i].outcome = ACEMQ_PUBLISH_UNKNOWN;
         results[i].confirm_us = 0;
         results[i].reason = "no answer from the broker";
-        const acemq_broker_msg *m = &msgs[i];
-        if (!m->exchange || !m->routing_key || !m->message_id || (!m->body && m->body_len))
-            return acemq__broker_fail(b, ACEMQ_EINVAL,
-                                      "message %zu: exchange, routing_key and message_id must "
-                                      "not be NULL, nor body when body_len is not 0",
-                                      i);
+        const char *why = missing_field(&msgs[i]);
+        if (why) return acemq__broker_fail(b, ACEMQ_EINVAL, "message %zu: %s", i, why);
     }
     return 0;
 }

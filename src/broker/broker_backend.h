@@ -4,7 +4,8 @@
  * core checks version before a newer slot. The generic layer (broker.c)
  * checks arguments, fills every result with UNKNOWN before the backend runs
  * (so a backend that gives up early leaves honest answers) and keeps the
- * error text.
+ * error text. Every error a slot returns has its text set on b
+ * (acemq__broker_fail) by the slot itself.
  */
 #ifndef ACEMQ_BROKER_BACKEND_H
 #define ACEMQ_BROKER_BACKEND_H

@@ -3,7 +3,10 @@
  *
  * Every public call validates its input here first, so no backend ever sees a
  * NULL id, an empty one, an over-long one or an out-of-range lease; a bad call
- * fails with ACEMQ_EINVAL and changes nothing.
+ * fails with ACEMQ_EINVAL and changes nothing. Every error a call returns has
+ * its own text on the handle (acemq_idem_errmsg), naming the argument that
+ * was wrong, or in the backend's words when the backend failed; a call that
+ * succeeds leaves the text of the last error as it was.
  */
 #include <limits.h>
 #include <stdarg.h>
@@ -68,6 +71,15 @@ int acemq__idem_fail(acemq_idem *h, int code, const char *fmt, ...)
  * its text moves here, and acemq_idem_errmsg(NULL) reads it. */
 static _Thread_local char open_error[sizeof((acemq_idem *)0)->errmsg];
 
+int acemq__idem_open_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(open_error, sizeof open_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
 const char *acemq_idem_errmsg(acemq_idem *h)
 {
     static _Thread_local char copy[sizeof h->errmsg];
@@ -94,20 +106,20 @@ int acemq__idem_new(acemq_idem **out, const acemq_idem_options *o)
         opts.max_entries == 0 || opts.synchronous < ACEMQ_SYNC_OFF ||
         opts.synchronous > ACEMQ_SYNC_FULL || opts.busy_timeout_ms < 0 ||
         (opts.flags & ~(unsigned)ACEMQ_IDEM_CONFIRM_IN_CALLER_TX) != 0) {
-        snprintf(open_error, sizeof open_error,
-                 "options: lease_ms and retention_ms must be 1..%lld, max_entries above 0, "
-                 "synchronous an acemq_sync_mode, busy_timeout_ms not negative, flags known",
-                 (long long)MAX_DURATION_MS);
-        return ACEMQ_EINVAL;
+        return acemq__idem_open_fail(
+            ACEMQ_EINVAL,
+            "options: lease_ms and retention_ms must be 1..%lld, max_entries above 0, "
+            "synchronous an acemq_sync_mode, busy_timeout_ms not negative, flags known",
+            (long long)MAX_DURATION_MS);
     }
     /* The counter stripes are cache-line aligned, so the handle must be too. */
     size_t size = (sizeof(acemq_idem) + 63) & ~(size_t)63;
     acemq_idem *h = aligned_alloc(64, size);
-    if (!h) return ACEMQ_ENOMEM;
+    if (!h) return acemq__idem_open_fail(ACEMQ_ENOMEM, "out of memory for the handle");
     memset(h, 0, size);
     if (pthread_mutex_init(&h->err_lock, NULL) != 0) {
         free(h);
-        return ACEMQ_ENOMEM;
+        return acemq__idem_open_fail(ACEMQ_ENOMEM, "cannot create the handle's mutex");
     }
     h->opts = opts;
     h->clock = opts.clock ? *opts.clock : *acemq_clock_system();
@@ -131,13 +143,10 @@ void acemq__idem_free(acemq_idem *h)
 
 int acemq_idem_open(acemq_idem **out, const char *url, const acemq_idem_options *o)
 {
-    if (!out) return ACEMQ_EINVAL;
-    *out = NULL;
     open_error[0] = '\0';
-    if (!url) {
-        snprintf(open_error, sizeof open_error, "url is NULL");
-        return ACEMQ_EINVAL;
-    }
+    if (!out) return acemq__idem_open_fail(ACEMQ_EINVAL, "out is NULL");
+    *out = NULL;
+    if (!url) return acemq__idem_open_fail(ACEMQ_EINVAL, "url is NULL");
     acemq_idem *h = NULL;
     int rc = acemq__idem_new(&h, o);
     if (rc != 0) return rc;
@@ -190,14 +199,29 @@ const char *acemq_claim_status_name(int status)
     }
 }
 
-/* Checks an id and wraps it; on failure the handle says what was wrong. */
-static int take_id(acemq_idem *h, const void *id, size_t len, acemq__bytes *out)
+/* No element: the argument of a single call, not of a batch. */
+#define NOT_IN_BATCH SIZE_MAX
+
+/* "" for a single call's argument, "keys[3]." for element 3 of a batch's
+ * array: the prefix of the argument's name in an error's text. */
+static const char *element(char *buf, size_t cap, const char *array, size_t i)
 {
+    if (i == NOT_IN_BATCH) return "";
+    snprintf(buf, cap, "%s[%zu].", array, i);
+    return buf;
+}
+
+/* Checks an id (keys[i].id in a batch) and wraps it; on failure the handle
+ * says what was wrong. */
+static int take_id(acemq_idem *h, size_t i, const void *id, size_t len, acemq__bytes *out)
+{
+    char b[32];
     if (!id || len == 0)
-        return acemq__idem_fail(h, ACEMQ_EINVAL, "id is %s", id ? "empty" : "NULL");
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "%sid is %s", element(b, sizeof b, "keys", i),
+                                id ? "empty" : "NULL");
     if (len > ACEMQ_IDEM_ID_MAX)
-        return acemq__idem_fail(h, ACEMQ_EINVAL, "id is %zu bytes; at most %d are allowed", len,
-                                ACEMQ_IDEM_ID_MAX);
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "%sid is %zu bytes; at most %d are allowed",
+                                element(b, sizeof b, "keys", i), len, ACEMQ_IDEM_ID_MAX);
     out->data = id;
     out->len = len;
     return 0;
@@ -226,25 +250,30 @@ static int count_error(acemq_idem *h, int rc)
     return rc;
 }
 
-/* Checks per-claim options into *a, all but the times; *lease gets the
- * lease to apply. */
-static int claim_args(acemq_idem *h, const acemq_claim_opts *opts, acemq__claim_args *a,
+/* Checks per-claim options (opts[i] in a batch) into *a, all but the times;
+ * *lease gets the lease to apply. */
+static int claim_args(acemq_idem *h, size_t i, const acemq_claim_opts *opts, acemq__claim_args *a,
                       int64_t *lease)
 {
+    char b[32];
     memset(a, 0, sizeof *a);
     *lease = h->opts.lease_ms;
     if (!opts) return 0;
     if (opts->lease_ms != 0) *lease = opts->lease_ms;
     if (!check_duration(*lease, 0))
-        return acemq__idem_fail(h, ACEMQ_EINVAL, "lease_ms %lld is out of range",
-                                (long long)opts->lease_ms);
-    if (opts->fingerprint_len > ACEMQ_IDEM_FINGERPRINT_MAX ||
-        (opts->fingerprint_len > 0 && !opts->fingerprint))
-        return acemq__idem_fail(h, ACEMQ_EINVAL,
-                                "fingerprint must be 1..%d bytes with a non-NULL pointer",
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "%slease_ms %lld is out of range (1..%lld)",
+                                element(b, sizeof b, "opts", i), (long long)opts->lease_ms,
+                                (long long)MAX_DURATION_MS);
+    if (opts->fingerprint_len > ACEMQ_IDEM_FINGERPRINT_MAX)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "%sfingerprint_len %zu is over %d",
+                                element(b, sizeof b, "opts", i), opts->fingerprint_len,
                                 ACEMQ_IDEM_FINGERPRINT_MAX);
+    if (opts->fingerprint_len > 0 && !opts->fingerprint)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "%sfingerprint is NULL but fingerprint_len is %zu",
+                                element(b, sizeof b, "opts", i), opts->fingerprint_len);
     if (opts->result_cap > 0 && !opts->result_buf)
-        return acemq__idem_fail(h, ACEMQ_EINVAL, "result_cap is set but result_buf is NULL");
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "%sresult_buf is NULL but result_cap is %zu",
+                                element(b, sizeof b, "opts", i), opts->result_cap);
     a->fingerprint.data = opts->fingerprint;
     a->fingerprint.len = opts->fingerprint_len;
     a->result_buf = opts->result_buf;
@@ -259,14 +288,14 @@ int acemq_idem_try_claim(acemq_idem *h, const void *id, size_t id_len, const ace
     if (!out) return acemq__idem_fail(h, ACEMQ_EINVAL, "out is NULL");
     memset(out, 0, sizeof *out);
     acemq__bytes key;
-    int rc = take_id(h, id, id_len, &key);
+    int rc = take_id(h, NOT_IN_BATCH, id, id_len, &key);
     if (rc != 0) return rc;
     /* First, so that the read it starts overlaps the rest of this call. */
     int hinted = h->methods->version >= 3 && h->methods->prefetch;
     uint64_t hint = hinted ? h->methods->prefetch(h, &key) : 0;
     acemq__claim_args a;
     int64_t lease;
-    rc = claim_args(h, opts, &a, &lease);
+    rc = claim_args(h, NOT_IN_BATCH, opts, &a, &lease);
     if (rc != 0) return rc;
     a.hint = hint;
     a.has_hint = hinted;
@@ -334,13 +363,30 @@ static void add_tally(acemq_idem *h, const claim_tally *t)
  * the stack. */
 #define MANY_CHUNK 64
 
+/* Checks element j of a batch as try_claim checks its arguments. */
+static int check_element(acemq_idem *h, const acemq_idem_key *keys, const acemq_claim_opts *opts,
+                         size_t j, acemq__bytes *id, acemq__claim_args *a, int64_t *lease)
+{
+    int rc = take_id(h, j, keys[j].id, keys[j].id_len, id);
+    return rc != 0 ? rc : claim_args(h, j, opts ? &opts[j] : NULL, a, lease);
+}
+
+/* 1 when the store refused an element of the chunk after element i. */
+static int store_failed_after(const acemq__bytes *ids, const int *status, size_t i, size_t k)
+{
+    for (size_t x = i + 1; x < k; x++)
+        if (ids[x].len && status[x] < 0) return 1;
+    return 0;
+}
+
 int acemq_idem_try_claim_many(acemq_idem *h, size_t n, const acemq_idem_key *keys,
                               const acemq_claim_opts *opts, acemq_claim *out, int *status)
 {
     if (!h) return ACEMQ_EINVAL;
     if (n == 0) return 0;
-    if (!keys || !out || !status)
-        return acemq__idem_fail(h, ACEMQ_EINVAL, "keys, out and status must not be NULL");
+    if (!keys) return acemq__idem_fail(h, ACEMQ_EINVAL, "keys is NULL with n %zu", n);
+    if (!out) return acemq__idem_fail(h, ACEMQ_EINVAL, "out is NULL with n %zu", n);
+    if (!status) return acemq__idem_fail(h, ACEMQ_EINVAL, "status is NULL with n %zu", n);
     if (n > INT_MAX)
         return acemq__idem_fail(h, ACEMQ_EINVAL, "%zu ids in one batch; at most %d", n, INT_MAX);
     const acemq__idem_methods *mt = h->methods;
@@ -353,17 +399,18 @@ int acemq_idem_try_claim_many(acemq_idem *h, size_t n, const acemq_idem_key *key
     for (size_t lo = 0; lo < n; lo += MANY_CHUNK) {
         size_t k = n - lo < MANY_CHUNK ? n - lo : MANY_CHUNK;
         size_t todo = 0;
+        size_t last_bad = NOT_IN_BATCH; /* the chunk's last element answered here */
         for (size_t i = 0; i < k; i++) {
             size_t j = lo + i;
             memset(&out[j], 0, sizeof out[j]);
             memset(&ids[i], 0, sizeof ids[i]);
             int64_t lease = 0;
-            int rc = take_id(h, keys[j].id, keys[j].id_len, &ids[i]);
-            if (rc == 0) rc = claim_args(h, opts ? &opts[j] : NULL, &args[i], &lease);
+            int rc = check_element(h, keys, opts, j, &ids[i], &args[i], &lease);
             if (rc != 0) {
                 /* Answered here, as try_claim answers it: not counted. */
                 status[j] = rc;
                 ids[i].len = 0;
+                last_bad = i;
                 continue;
             }
             args[i].now_ms = now;
@@ -379,6 +426,16 @@ int acemq_idem_try_claim_many(acemq_idem *h, size_t n, const acemq_idem_key *key
         }
         for (size_t i = 0; i < k; i++)
             if (ids[i].len) tally(&t, status[lo + i], &out[lo + i]);
+        /* The text tells the batch's last error in element order. The store
+         * wrote the texts of its refusals after the loop above wrote those
+         * of the elements it answered, so when the store refused none after
+         * the last such element, that element's text is written again. */
+        if (last_bad != NOT_IN_BATCH && !store_failed_after(ids, status + lo, last_bad, k)) {
+            acemq__bytes id;
+            acemq__claim_args a;
+            int64_t lease;
+            (void)check_element(h, keys, opts, lo + last_bad, &id, &a, &lease);
+        }
     }
     add_tally(h, &t);
     return (int)t.claimed;
@@ -399,12 +456,14 @@ int acemq_idem_confirm_result(acemq_idem *h, const void *id, size_t id_len, uint
 {
     if (!h) return ACEMQ_EINVAL;
     acemq__bytes key, res = {result, result_len};
-    int rc = take_id(h, id, id_len, &key);
+    int rc = take_id(h, NOT_IN_BATCH, id, id_len, &key);
     if (rc != 0) return rc;
-    if (result_len > ACEMQ_IDEM_RESULT_MAX || (result_len > 0 && !result))
-        return acemq__idem_fail(h, ACEMQ_EINVAL,
-                                "result must be at most %d bytes with a non-NULL pointer",
+    if (result_len > ACEMQ_IDEM_RESULT_MAX)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "result_len %zu is over %d", result_len,
                                 ACEMQ_IDEM_RESULT_MAX);
+    if (result_len > 0 && !result)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "result is NULL but result_len is %zu",
+                                result_len);
     int64_t now = now_ms(h);
     rc = h->methods->confirm(h, &key, token, &res, now, add_ms(now, h->opts.retention_ms));
     if (rc == 0) COUNT(h, confirms);
@@ -420,7 +479,7 @@ int acemq_idem_release(acemq_idem *h, const void *id, size_t id_len, uint64_t to
 {
     if (!h) return ACEMQ_EINVAL;
     acemq__bytes key;
-    int rc = take_id(h, id, id_len, &key);
+    int rc = take_id(h, NOT_IN_BATCH, id, id_len, &key);
     if (rc != 0) return rc;
     rc = h->methods->release(h, &key, token, now_ms(h));
     if (rc == 0) COUNT(h, releases);
@@ -431,12 +490,12 @@ int acemq_idem_renew(acemq_idem *h, const void *id, size_t id_len, uint64_t toke
 {
     if (!h) return ACEMQ_EINVAL;
     acemq__bytes key;
-    int rc = take_id(h, id, id_len, &key);
+    int rc = take_id(h, NOT_IN_BATCH, id, id_len, &key);
     if (rc != 0) return rc;
     if (lease_ms == 0) lease_ms = h->opts.lease_ms;
     if (!check_duration(lease_ms, 0))
-        return acemq__idem_fail(h, ACEMQ_EINVAL, "lease_ms %lld is out of range",
-                                (long long)lease_ms);
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "lease_ms %lld is out of range (1..%lld)",
+                                (long long)lease_ms, (long long)MAX_DURATION_MS);
     int64_t now = now_ms(h);
     rc = h->methods->renew(h, &key, token, now, add_ms(now, lease_ms));
     if (rc == 0) COUNT(h, renewals);
@@ -447,7 +506,7 @@ int acemq_idem_is_confirmed(acemq_idem *h, const void *id, size_t id_len)
 {
     if (!h) return ACEMQ_EINVAL;
     acemq__bytes key;
-    int rc = take_id(h, id, id_len, &key);
+    int rc = take_id(h, NOT_IN_BATCH, id, id_len, &key);
     if (rc != 0) return rc;
     return count_error(h, h->methods->is_confirmed(h, &key, now_ms(h)));
 }
@@ -464,7 +523,8 @@ int acemq_idem_purge(acemq_idem *h, uint64_t *purged)
 
 int acemq_idem_stats_get(acemq_idem *h, acemq_idem_stats *out)
 {
-    if (!h || !out) return ACEMQ_EINVAL;
+    if (!h) return ACEMQ_EINVAL;
+    if (!out) return acemq__idem_fail(h, ACEMQ_EINVAL, "out is NULL");
     memset(out, 0, sizeof *out);
 #define LOAD(f) out->f += atomic_load_explicit(&h->counters[i].f, memory_order_relaxed)
     for (int i = 0; i < ACEMQ__COUNTER_STRIPES; i++) {

@@ -5,6 +5,8 @@
  * and the core checks `version` before calling it. The generic layer (idem.c)
  * validates every argument, reads the clock once per call, counts outcomes and
  * keeps the error text, so a backend sees only checked input and the time.
+ * Every error a slot returns has its text set on h (acemq__idem_fail) by the
+ * slot itself: the core does not know what failed inside it.
  */
 #ifndef ACEMQ_IDEM_BACKEND_H
 #define ACEMQ_IDEM_BACKEND_H
@@ -108,7 +110,12 @@ struct acemq_idem {
 int acemq__idem_fail(acemq_idem *h, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Makes a handle with validated options (o may be NULL) and no backend yet. */
+/* Sets why an open failed before it had a handle, the text that
+ * acemq_idem_errmsg(NULL) reads in this thread, and returns code. */
+int acemq__idem_open_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Makes a handle with validated options (o may be NULL) and no backend yet;
+ * on failure the text is set as acemq__idem_open_fail sets it. */
 int acemq__idem_new(acemq_idem **out, const acemq_idem_options *o);
 /* Frees a handle whose backend failed to open; its error text stays readable
  * in this thread through acemq_idem_errmsg(NULL). */

@@ -283,13 +283,30 @@ static int64_t now_of(acemq_outbox *h)
     return h->has_clock ? h->clock.now_ms(h->clock.ctx) : ACEMQ__DB_NOW;
 }
 
+/* Checks an id: the id argument, or with mark not SIZE_MAX marks[mark].id,
+ * which the text then names. */
+static int check_id_of(acemq_outbox *h, const char *id, size_t mark)
+{
+    int empty = !id || !*id;
+    if (!empty && strlen(id) <= ACEMQ_OUTBOX_ID_MAX) return 0;
+    char what[48] = "id";
+    if (mark != SIZE_MAX) snprintf(what, sizeof what, "marks[%zu].id", mark);
+    if (empty)
+        return acemq__outbox_fail(h, ACEMQ_EINVAL, "%s must be a non-empty string, not %s", what,
+                                  id ? "\"\"" : "NULL");
+    return acemq__outbox_fail(h, ACEMQ_EINVAL, "%s is longer than %d bytes", what,
+                              ACEMQ_OUTBOX_ID_MAX);
+}
+
 static int check_id(acemq_outbox *h, const char *id)
 {
-    if (!id || !*id) return acemq__outbox_fail(h, ACEMQ_EINVAL, "id must be a non-empty string");
-    if (strlen(id) > ACEMQ_OUTBOX_ID_MAX)
-        return acemq__outbox_fail(h, ACEMQ_EINVAL, "id is longer than %d bytes",
-                                  ACEMQ_OUTBOX_ID_MAX);
-    return 0;
+    return check_id_of(h, id, SIZE_MAX);
+}
+
+/* Names the argument that is NULL, the first of two. */
+static int null_arg(acemq_outbox *h, const void *a, const char *a_name, const char *b_name)
+{
+    return acemq__outbox_fail(h, ACEMQ_EINVAL, "%s must not be NULL", !a ? a_name : b_name);
 }
 
 #define CHECK_HANDLE(h)                                                                            \
@@ -319,7 +336,7 @@ static int claim(acemq_outbox *h, size_t max, int64_t lease_ms, const acemq_outb
                  size_t *n, int runs)
 {
     CHECK_HANDLE(h);
-    if (!msgs || !n) return acemq__outbox_fail(h, ACEMQ_EINVAL, "msgs and n must not be NULL");
+    if (!msgs || !n) return null_arg(h, msgs, "msgs", "n");
     *msgs = NULL;
     *n = 0;
     if (max == 0 || max > 100000)
@@ -349,10 +366,9 @@ int acemq_outbox_mark_published_batch(acemq_outbox *h, const acemq_outbox_mark *
 {
     CHECK_HANDLE(h);
     if (n == 0) return 0;
-    if (!marks || !status)
-        return acemq__outbox_fail(h, ACEMQ_EINVAL, "marks and status must not be NULL");
+    if (!marks || !status) return null_arg(h, marks, "marks", "status");
     for (size_t i = 0; i < n; i++) {
-        int rc = check_id(h, marks[i].id);
+        int rc = check_id_of(h, marks[i].id, i);
         if (rc != 0) return rc;
     }
     return h->methods->mark_published(h, marks, n, status, now_of(h));
@@ -360,9 +376,12 @@ int acemq_outbox_mark_published_batch(acemq_outbox *h, const acemq_outbox_mark *
 
 int acemq_outbox_mark_published(acemq_outbox *h, const char *id, uint64_t token)
 {
+    CHECK_HANDLE(h);
+    int rc = check_id(h, id);
+    if (rc != 0) return rc;
     acemq_outbox_mark m = {id, token};
     int status = 0;
-    int rc = acemq_outbox_mark_published_batch(h, &m, 1, &status);
+    rc = acemq_outbox_mark_published_batch(h, &m, 1, &status);
     return rc != 0 ? rc : status;
 }
 
@@ -423,7 +442,7 @@ int acemq_outbox_pending_count(acemq_outbox *h, acemq_outbox_pending *out)
 int acemq_outbox_list_dead(acemq_outbox *h, size_t max, const acemq_outbox_msg **msgs, size_t *n)
 {
     CHECK_HANDLE(h);
-    if (!msgs || !n) return acemq__outbox_fail(h, ACEMQ_EINVAL, "msgs and n must not be NULL");
+    if (!msgs || !n) return null_arg(h, msgs, "msgs", "n");
     *msgs = NULL;
     *n = 0;
     if (max == 0 || max > 100000)

@@ -6,6 +6,8 @@
  * delays and resolves the time: now_ms is the injected clock's reading, or
  * ACEMQ__DB_NOW when the backend should read the database's own clock (a
  * shared PostgreSQL outbox, where relays on several machines must agree).
+ * Every error a slot returns has its text set on h (acemq__outbox_fail) by
+ * the slot itself, ESTALE and ENOENT included.
  */
 #ifndef ACEMQ_OUTBOX_BACKEND_H
 #define ACEMQ_OUTBOX_BACKEND_H

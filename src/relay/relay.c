@@ -105,21 +105,39 @@ static void log_event(acemq_relay *r, const char *event, const char *k1, const c
     acemq__logfmt(r->opts.log, event, k1, v1, k2, v2);
 }
 
+/* Why the last acemq_relay_new in this thread failed: there is no handle to
+ * hold the text, so acemq_relay_errmsg(NULL) reads it here. */
+static _Thread_local char new_error[512];
+
+static int new_failed(int code, const char *why)
+{
+    snprintf(new_error, sizeof new_error, "%s", why);
+    return code;
+}
+
 int acemq_relay_new(acemq_relay **out, acemq_outbox *ob, acemq_broker *b,
                     const acemq_relay_options *o)
 {
-    if (!out || !ob || !b) return ACEMQ_EINVAL;
+    if (!out) return new_failed(ACEMQ_EINVAL, "out must not be NULL");
     *out = NULL;
+    if (!ob) return new_failed(ACEMQ_EINVAL, "ob (the outbox) must not be NULL");
+    if (!b) return new_failed(ACEMQ_EINVAL, "b (the broker) must not be NULL");
     acemq_relay *r = calloc(1, sizeof *r);
-    if (!r) return ACEMQ_ENOMEM;
+    if (!r) return new_failed(ACEMQ_ENOMEM, "out of memory");
     if (o)
         r->opts = *o;
     else
         acemq_relay_options_init(&r->opts);
-    if (r->opts.batch < 1 || r->opts.batch > 100000 || r->opts.lease_ms < 1 ||
-        r->opts.poll_ms < 1) {
+    const char *bad = NULL;
+    if (r->opts.batch < 1 || r->opts.batch > 100000)
+        bad = "batch must be within 1..100000";
+    else if (r->opts.lease_ms < 1)
+        bad = "lease_ms must be positive";
+    else if (r->opts.poll_ms < 1)
+        bad = "poll_ms must be positive";
+    if (bad) {
         free(r);
-        return ACEMQ_EINVAL;
+        return new_failed(ACEMQ_EINVAL, bad);
     }
     r->ob = ob;
     r->b = b;
@@ -131,14 +149,14 @@ int acemq_relay_new(acemq_relay **out, acemq_outbox *ob, acemq_broker *b,
         free(r->msgs);
         free(r->results);
         free(r);
-        return ACEMQ_ENOMEM;
+        return new_failed(ACEMQ_ENOMEM, "out of memory for a batch");
     }
     if (pthread_mutex_init(&r->db_turn, NULL) != 0) {
         pthread_mutex_destroy(&r->lock);
         free(r->msgs);
         free(r->results);
         free(r);
-        return ACEMQ_ENOMEM;
+        return new_failed(ACEMQ_ENOMEM, "cannot create a mutex");
     }
     *out = r;
     return 0;
@@ -163,7 +181,7 @@ void acemq_relay_free(acemq_relay *r)
 
 const char *acemq_relay_errmsg(const acemq_relay *r)
 {
-    return r ? r->errmsg : "";
+    return r ? r->errmsg : new_error;
 }
 
 void acemq_relay_stats_get(acemq_relay *r, acemq_relay_stats *out)
@@ -730,7 +748,8 @@ static void log_blocked(void *ctx, int blocked, const char *reason)
 
 int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
 {
-    if (!r || !stop) return ACEMQ_EINVAL;
+    if (!r) return ACEMQ_EINVAL;
+    if (!stop) return fail(r, ACEMQ_EINVAL, "run", "stop must not be NULL");
     log_event(r, "start", "backend", acemq_outbox_backend(r->ob), NULL, NULL);
     marker k = {.r = r, .waiting = -1};
     claimer c, *cp = NULL;

@@ -1047,9 +1047,9 @@ int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url)
 
 int acemq_idem_open_sqlite(acemq_idem **out, sqlite3 *db, const acemq_idem_options *o)
 {
-    if (!out) return ACEMQ_EINVAL;
+    if (!out) return acemq__idem_open_fail(ACEMQ_EINVAL, "out is NULL");
     *out = NULL;
-    if (!db) return ACEMQ_EINVAL;
+    if (!db) return acemq__idem_open_fail(ACEMQ_EINVAL, "db is NULL");
     acemq_idem *h = NULL;
     int rc = acemq__idem_new(&h, o);
     if (rc != 0) return rc;
