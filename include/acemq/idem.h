@@ -91,7 +91,8 @@ typedef struct acemq_idem_stats {
     uint64_t renewals;     /* successful renews */
     uint64_t mismatches;   /* ACEMQ_EMISMATCH answers */
     uint64_t expirations;  /* records forgotten because their retention ran out */
-    uint64_t evictions;    /* confirmed records dropped early to stay within max_entries */
+    uint64_t evictions;    /* entries dropped at max_entries: an expired claim or a live
+                              confirmation (memory store: docs/idempotency.md, The bound) */
     uint64_t errors;       /* calls that failed with any other error */
 } acemq_idem_stats;
 
