@@ -82,8 +82,11 @@ fuzz: deps
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
-# clang-tidy (.clang-tidy; warnings are errors) and cppcheck over every C file.
+# The layering of src/ (scripts/check-layers.sh: no include of a higher
+# layer, no contract naming a backend), then clang-tidy (.clang-tidy;
+# warnings are errors) and cppcheck over every C file.
 lint: build
+	scripts/check-layers.sh
 	clang-tidy -p $(BUILD) --quiet $$(git ls-files '*.c' | grep -v '^tests/install/')
 	cppcheck --enable=warning,performance,portability --error-exitcode=1 --quiet \
 	  --inline-suppr -I include -I src $$(git ls-files 'src/*.c')

@@ -25,244 +25,19 @@
 
 #include "audit/audit_internal.h"
 #include "audit/audit_key.h"
+#include "audit/audit_shard.h"
 #include "audit/id_parse.h"
 #include "audit/producer_memo.h"
 #include "core/dlist.h"
-#include "core/shard_lock.h"
+#include "os/shard_lock.h"
 
-#define DEFAULT_DEPTH 2048
-#define DEFAULT_PRODUCERS 64
-#define DEFAULT_SHARDS 16
-#define GHOSTS_PER_PRODUCER 8
-/* The default memory of evictions stops growing at 8 MiB. */
-#define DEFAULT_GHOSTS_MAX ((size_t)1 << 20)
-
-/* A producer: ring, recency, window header and key in one 64-byte aligned
- * allocation. The ring comes first, padded so that the header starts a cache
- * line; the header's first line holds what a check reads and writes
- * (recency, top, start) and the lengths; the second the guess at the next
- * id (check_tail) and the key (up to 32 bytes of it). A check reads
- * those two lines and one ring word, and writes the first line, the word
- * and, for a text id of the plain flavour, the guess. The ring ends where
- * the header begins and runs backwards from there (acemq__ring_word), so
- * the check finds its word from the producer's address and the sequence
- * alone: with the ring after a key of varying room, it had first to load
- * w.ring_end (still set, for window.c), one more dependent load on every
- * check.
- *
- * Recency, two ways, one order. A small audit (max_producers up to
- * STAMP_MAX) stamps each use with the shard's clock, and eviction takes the
- * smallest stamp, found by scanning the shard's producers (dense[]): a use
- * costs one store, into a line the check writes anyway. A large one keeps a
- * doubly linked list, most recent at the head, whose relink on each use
- * writes two or three other producers' lines, but whose eviction is O(1).
- * Both move a producer to "most recent" on the same events (admission, a
- * check, a rollback) and evict the least recent, so they evict the same
- * producer: stamps are distinct and rise with every use, so the smallest is
- * the one whose last use is oldest, which is the list's tail. */
-typedef struct entry {
-    uint64_t hash; /* key_hash: slot and shard */
-    union {
-        struct {
-            struct entry *prev, *next; /* list: the shard's head is the most recent */
-        };
-        struct {
-            uint64_t stamp; /* stamps: the shard's clock at the last use */
-            size_t index;   /* stamps: place in the shard's dense[] */
-        };
-    };
-    acemq__window w;
-    uint32_t key_len, key_cap; /* key_cap: a multiple of 16, at least MIN_KEY_CAP */
-    /* The second line from here: the guess, then the key.
-     *
-     * The plain flavour's guess at this producer's next text id (see
-     * check_tail): the last eight bytes of the id of sequence top + 1, and
-     * that id's length; tail_len 0: no guess. Whatever moves the window's
-     * top other than the guess itself either makes the next guess or drops
-     * this one (guess_drop), so a guess is always for the present top. */
-    uint64_t next_tail;
-    uint64_t tail_len;
-    unsigned char key[];
-} entry;
-_Static_assert(offsetof(entry, next_tail) == 64, "the guess and the key start the second line");
-
-/* The producer table: open addressing, linear probing, a slot a pointer to
- * a producer (NULL: empty). The producer's full 64-bit hash sits in its
- * first line, beside the window fields the check reads anyway, and is
- * compared before the key. The table is kept at most 1/32 full while small
- * (1/4, then 1/2, as it grows large), so a producer nearly always sits in
- * its home slot: the lookup is one slot read and a branch the predictor
- * gets right, where a chained bucket walk's length is a guess per id. A
- * producer one slot away is still found on the fast path (fast_slot), but
- * the branch that sends the check there is lost on nearly every one of its
- * ids, since which producer comes next is anyone's guess: of 64 producers,
- * about 2 are displaced at 1/16 full and 1 at 1/32 (n^2 / 2m). Going from
- * 1/16 to 1/32 made the check 1-2 % faster on the benchmark stream (one
- * producer of its 64 was displaced, none now), for 128 more bytes of table
- * per producer (docs/performance.md). It starts small and doubles as
- * producers arrive, so an audit that sees few producers (a connection audit
- * holds many such) stays small. Removal shifts the run back (no
- * tombstones). */
-typedef struct slot {
-    struct entry *p; /* NULL: empty */
-} slot;
-
-static size_t table_spread(size_t producers)
-{
-    return producers < 256 ? 32 : producers < 4096 ? 4 : 2;
-}
-
-#define MIN_KEY_CAP 64 /* room for an ActiveMQ producer id and then some */
-/* same_key reads the 17-32 byte class as words or 16-byte vectors ending at
- * the key's end, inside the key's room for any such key. */
-_Static_assert(MIN_KEY_CAP >= 32, "a 17-32 byte key must fit the room its compare reads");
-/* Audits of up to this many producers keep recency by stamps (above): an
- * eviction then scans at most STAMP_MAX + shards - 1 producers of a shard. */
-#define STAMP_MAX 256
-
-typedef struct shard {
-    acemq__shard_lock lock;
-    slot *slots;
-    size_t mask; /* slots - 1 */
-    size_t count;
-    entry *head, *tail; /* list recency */
-    uint64_t clock;     /* stamp recency: the last stamp given */
-    /* stamp recency: the stamps given other than by a fast answer
-     * (admissions, rollbacks, the general check), so that clock minus this
-     * counts the fast answers (see answered). */
-    uint64_t other_stamps;
-    slot *dense; /* stamp recency: the count producers, in no order */
-    size_t dense_cap;
-    acemq__ghosts ghosts;
-    acemq_audit_stats stats; /* `checks` is derived in stats_add, see there */
-    /* The fast path's answers: all of them, and of those the duplicates
-     * (the rest are NEW); added to news and duplicates in stats_add.
-     *
-     * Under stamp recency a fast answer adds to neither counter: it stamps
-     * its producer with the next tick of the clock, which stats_add counts
-     * instead (clock - other_stamps), and the duplicates are counted only
-     * where the window found a sequence inside it (the next sequence is
-     * always NEW), off the common case's path. Each counter bumped per
-     * check is a load and a store on the same address, check after check;
-     * with both gone (one read-modify-write where there were three) the
-     * single check got about 0.15 ns faster, and neither change alone did
-     * (docs/performance.md, "The clock counts the answers"). `answered`
-     * then counts only the general check's fast answers, and those of list
-     * recency.
-     *
-     * Before that, the counters were already at fixed addresses, not
-     * answered[rc]++, whose store's address is known only once the ring
-     * word's load (rc) is in, which made the next checks' loads wait to be
-     * told apart from it: about 1 ns ("Counters at fixed addresses"). */
-    uint64_t answered;
-    uint64_t answered_duplicates;
-    /* The plain flavour's cache of producers by a word of their key
-     * (producer_memo.h); empty in every other flavour. */
-    acemq__producer_memo memo;
-    /* Keeps neighbouring shards' locks off one cache line. */
-    char pad[64];
-} shard;
-
-/* The window's fast case answers with the sequence's bit as it is (0 NEW,
- * 1 DUPLICATE), and adds that bit to answered_duplicates. */
-_Static_assert(ACEMQ_AUDIT_NEW == 0 && ACEMQ_AUDIT_DUPLICATE == 1,
-               "the window's fast case answers with the sequence's bit");
-
-struct acemq_audit {
-    acemq__window_shape shape;
-    uint32_t max_producers;
-    int policy;
-    int locked;
-    int lost_history; /* every unseen producer may have been seen: see acemq__audit_new_lost */
-    int stamped;      /* recency by stamps, not by list (see entry) */
-    /* Neither locked nor by list: the flavour whose fast check is inline in
-     * the entry points, told apart by one test instead of two. */
-    int plain;
-    size_t ring_pad; /* bytes from a producer's allocation to its header: the ring, padded */
-    unsigned shard_bits;
-    unsigned nshards;
-    unsigned mutexes;        /* shard locks initialised, for destroy() */
-    atomic_size_t producers; /* across shards; only read when nshards > 1 */
-    shard *shards;           /* &one when there is one shard */
-    /* The only shard of a one-shard audit (every single-thread one), inside
-     * the audit, so that the check path reaches its table with one load
-     * fewer: every check is a chain of dependent loads (audit, table, slot,
-     * producer, ring word), and each link costs its latency. */
-    shard one;
-};
-
-void acemq_audit_options_init(acemq_audit_options *o)
-{
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->depth = DEFAULT_DEPTH;
-    o->max_producers = DEFAULT_PRODUCERS;
-    o->policy = ACEMQ_AUDIT_FAIL_OPEN;
-}
-
-int acemq__audit_options_check(const acemq_audit_options *o)
-{
-    if (o->depth == 0 || o->depth > ACEMQ_AUDIT_DEPTH_MAX || o->max_producers == 0 ||
-        o->max_producers > ACEMQ_AUDIT_PRODUCERS_MAX || o->shards > ACEMQ_AUDIT_SHARDS_MAX ||
-        o->max_evicted > ACEMQ_AUDIT_EVICTED_MAX ||
-        (o->policy != ACEMQ_AUDIT_FAIL_OPEN && o->policy != ACEMQ_AUDIT_FAIL_CLOSED) ||
-        (o->flags & ~(unsigned)ACEMQ_AUDIT_THREAD_SAFE) != 0)
-        return ACEMQ_EINVAL;
-    return 0;
-}
-
-unsigned acemq__audit_shards(const acemq_audit_options *o, unsigned *bits)
-{
-    unsigned n = 1;
-    if (o->flags & ACEMQ_AUDIT_THREAD_SAFE)
-        n = (unsigned)acemq__pow2(o->shards ? o->shards : DEFAULT_SHARDS);
-    *bits = 0;
-    while ((1u << *bits) < n)
-        ++*bits;
-    return n;
-}
-
-/* ---- the producer table ---- */
-
-static int table_init(shard *s)
-{
-    size_t n = 16;
-    s->slots = calloc(n, sizeof *s->slots);
-    if (!s->slots) return ACEMQ_ENOMEM;
-    s->mask = n - 1;
-    return 0;
-}
-
-/* Frees a producer's one allocation, which begins ring_pad bytes before it. */
-static void entry_free(size_t ring_pad, entry *p)
-{
-    if (p) free((unsigned char *)p - ring_pad);
-}
+/* ---- finding and touching producers (the rest of the table: table.c) ---- */
 
 /* The end of the producer's ring, which runs backwards from its header
  * (see acemq__ring_word). */
 static inline uint64_t *entry_ring(entry *p)
 {
     return (uint64_t *)(void *)p;
-}
-
-static void table_destroy(shard *s, int stamped, size_t ring_pad)
-{
-    if (stamped) {
-        for (size_t i = 0; i < s->count; i++)
-            entry_free(ring_pad, s->dense[i].p);
-    } else {
-        for (entry *p = s->head, *next; p; p = next) {
-            next = p->next;
-            entry_free(ring_pad, p);
-        }
-    }
-    free(s->dense);
-    free(s->slots);
-    s->dense = NULL;
-    s->slots = NULL;
-    s->head = s->tail = NULL;
-    s->count = 0;
 }
 
 /* The producer with this key, or NULL. */
@@ -284,68 +59,6 @@ static entry *table_find(const shard *s, uint64_t hash, const void *key, size_t 
     return table_find_in(KEY_ANY, s, hash, key, len);
 }
 
-static void table_put(slot *slots, size_t mask, entry *p)
-{
-    size_t i = (size_t)p->hash & mask;
-    while (slots[i].p)
-        i = (i + 1) & mask;
-    slots[i].p = p;
-}
-
-/* Room for one more producer (none when it replaces an evicted one, adding
- * 0): doubles the slots when the table would pass its fill limit, and the
- * room in dense[] for stamp recency. ACEMQ_ENOMEM leaves the table as it
- * was. */
-static int table_reserve(shard *s, int stamped, size_t adding)
-{
-    if (stamped && s->count + adding > s->dense_cap) {
-        size_t cap = s->dense_cap ? s->dense_cap * 2 : 16;
-        slot *dense = realloc(s->dense, cap * sizeof *dense);
-        if (!dense) return ACEMQ_ENOMEM;
-        s->dense = dense;
-        s->dense_cap = cap;
-    }
-    size_t n = s->mask + 1, want = (s->count + adding) * table_spread(s->count + adding);
-    if (want <= n) return 0;
-    size_t m = n;
-    while (m < want)
-        m *= 2;
-    slot *slots = calloc(m, sizeof *slots);
-    if (!slots) return ACEMQ_ENOMEM;
-    if (stamped) {
-        for (size_t i = 0; i < s->count; i++)
-            table_put(slots, m - 1, s->dense[i].p);
-    } else {
-        for (entry *p = s->head; p; p = p->next)
-            table_put(slots, m - 1, p);
-    }
-    free(s->slots);
-    s->slots = slots;
-    s->mask = m - 1;
-    return 0;
-}
-
-/* Takes p's slot out, shifting the rest of its run back so that every
- * producer stays reachable from its home slot without tombstones. */
-static void table_remove(shard *s, const entry *p)
-{
-    size_t mask = s->mask, i = (size_t)p->hash & mask;
-    while (s->slots[i].p != p)
-        i = (i + 1) & mask;
-    for (size_t j = i;;) {
-        j = (j + 1) & mask;
-        if (!s->slots[j].p) break;
-        size_t home = (size_t)s->slots[j].p->hash & mask;
-        /* The producer at j may fill the hole at i unless its home lies
-         * cyclically in (i, j]: then it must stay at or after its home. */
-        int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
-        if (stays) continue;
-        s->slots[i].p = s->slots[j].p;
-        i = j;
-    }
-    s->slots[i].p = NULL;
-}
-
 /* A use of p: it becomes the most recent producer. The fast path's own
  * touch is in check_fast, which counts its answer by the stamp (see
  * shard.answered); this one is any other use. */
@@ -359,136 +72,12 @@ static inline __attribute__((always_inline)) void touch(int stamped, shard *s, e
     }
 }
 
-/* Adds p, just admitted, as the most recent producer. The room in dense[]
- * was made by table_reserve. */
-static void recency_add(int stamped, shard *s, entry *p)
-{
-    if (!stamped) {
-        ACEMQ__DLIST_PUSH_FRONT(s->head, s->tail, p);
-        return;
-    }
-    p->index = s->count;
-    s->dense[s->count].p = p;
-    p->stamp = ++s->clock;
-    s->other_stamps++;
-}
-
-/* Takes the least recently used producer out of the recency order. */
-static entry *recency_pop_oldest(int stamped, shard *s)
-{
-    if (!stamped) {
-        entry *p = s->tail;
-        ACEMQ__DLIST_REMOVE(s->head, s->tail, p);
-        return p;
-    }
-    size_t oldest = 0;
-    for (size_t i = 1; i < s->count; i++)
-        if (s->dense[i].p->stamp < s->dense[oldest].p->stamp) oldest = i;
-    entry *p = s->dense[oldest].p, *last = s->dense[s->count - 1].p;
-    s->dense[oldest].p = last;
-    last->index = oldest;
-    return p;
-}
-
-/* ---- the audit ---- */
-
-static void destroy(acemq_audit *a)
-{
-    for (unsigned i = 0; a->shards && i < a->nshards; i++) {
-        shard *s = &a->shards[i];
-        table_destroy(s, a->stamped, a->ring_pad);
-        acemq__memo_free(&s->memo);
-        acemq__ghosts_destroy(&s->ghosts);
-        if (i < a->mutexes) acemq__shard_lock_destroy(&s->lock);
-    }
-    if (a->shards != &a->one) free(a->shards);
-    free(a);
-}
-
-int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int lost_history)
-{
-    if (!out) return ACEMQ_EINVAL;
-    *out = NULL;
-    acemq_audit_options opts;
-    if (o)
-        opts = *o;
-    else
-        acemq_audit_options_init(&opts);
-    int rc = acemq__audit_options_check(&opts);
-    if (rc != 0) return rc;
-    acemq_audit *a = calloc(1, sizeof *a);
-    if (!a) return ACEMQ_ENOMEM;
-    acemq__window_shape_init(&a->shape, opts.depth);
-    a->ring_pad = (acemq__window_size(&a->shape) + 63) & ~(size_t)63;
-    a->max_producers = opts.max_producers;
-    a->policy = opts.policy;
-    a->lost_history = lost_history != 0;
-    a->stamped = opts.max_producers <= STAMP_MAX;
-    a->locked = (opts.flags & ACEMQ_AUDIT_THREAD_SAFE) != 0;
-    a->plain = !a->locked && a->stamped;
-    a->nshards = acemq__audit_shards(&opts, &a->shard_bits);
-    atomic_init(&a->producers, 0);
-    /* Every audit's, even where a->one is no shard: acemq_audit_check reads
-     * it before it knows the flavour, and finds an empty memo in every
-     * flavour but the plain one (only memo_admitted fills it). */
-    acemq__memo_init(&a->one.memo);
-    size_t ghosts = (size_t)opts.max_producers * GHOSTS_PER_PRODUCER;
-    if (ghosts > DEFAULT_GHOSTS_MAX) ghosts = DEFAULT_GHOSTS_MAX;
-    if (opts.max_evicted) ghosts = opts.max_evicted;
-    if (a->nshards == 1) {
-        a->shards = &a->one;
-    } else {
-        /* Shards are aligned like the cache lines their padding keeps apart. */
-        size_t bytes = (sizeof(shard) * a->nshards + 63) & ~(size_t)63;
-        a->shards = aligned_alloc(64, bytes);
-        if (!a->shards) {
-            free(a);
-            return ACEMQ_ENOMEM;
-        }
-        memset(a->shards, 0, bytes);
-    }
-    for (unsigned i = 0; i < a->nshards; i++) {
-        shard *s = &a->shards[i];
-        acemq__memo_init(&s->memo);
-        if (a->locked) {
-            rc = acemq__shard_lock_init(&s->lock) == 0 ? 0 : ACEMQ_ENOMEM;
-            if (rc == 0) a->mutexes++;
-        }
-        if (rc == 0) rc = table_init(s);
-        if (rc == 0) rc = acemq__ghosts_init(&s->ghosts, (ghosts + a->nshards - 1) / a->nshards);
-        if (rc != 0) {
-            destroy(a);
-            return rc;
-        }
-    }
-    *out = a;
-    return 0;
-}
-
-int acemq_audit_new(acemq_audit **out, const acemq_audit_options *o)
-{
-    return acemq__audit_new_lost(out, o, 0);
-}
-
-void acemq_audit_free(acemq_audit *a)
-{
-    if (a) destroy(a);
-}
+/* ---- the checks ---- */
 
 static inline shard *shard_for(acemq_audit *a, uint64_t hash)
 {
     /* hash >> (64 - bits), with no branch for bits = 0: (hash >> 1) >> 63 is 0. */
     return &a->shards[(hash >> 1) >> (63 - a->shard_bits)];
-}
-
-static inline void lock(acemq_audit *a, shard *s)
-{
-    if (a->locked) acemq__shard_lock_take(&s->lock);
-}
-
-static inline void unlock(acemq_audit *a, shard *s)
-{
-    if (a->locked) acemq__shard_lock_give(&s->lock);
 }
 
 /* The i-th producer of a stamped shard, for the memo's build. */
@@ -520,18 +109,18 @@ static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, si
     size_t held =
         a->nshards == 1 ? s->count : atomic_load_explicit(&a->producers, memory_order_relaxed);
     int evict = held >= a->max_producers && s->count > 0;
-    if (table_reserve(s, a->stamped, evict ? 0 : 1) != 0) return NULL;
+    if (acemq__audit_table_reserve(s, a->stamped, evict ? 0 : 1) != 0) return NULL;
     entry *p = NULL;
     if (evict) {
-        p = recency_pop_oldest(a->stamped, s);
-        table_remove(s, p);
+        p = acemq__audit_recency_pop_oldest(a->stamped, s);
+        acemq__audit_table_remove(s, p);
         if (a->plain) acemq__memo_remove(&s->memo, p, p->key, p->key_len);
         s->count--;
         s->stats.evictions++;
         if (acemq__ghosts_put(&s->ghosts, ghost_hash(p->key, p->key_len))) s->stats.forgotten++;
         /* The evicted producer's place in the count passes to the newcomer. */
         if (p->key_cap < len) {
-            entry_free(a->ring_pad, p);
+            acemq__audit_entry_free(a->ring_pad, p);
             p = NULL;
         }
     } else {
@@ -555,8 +144,8 @@ static entry *admit(acemq_audit *a, shard *s, uint64_t hash, const void *key, si
     p->key_len = (uint32_t)len;
     memcpy(p->key, key, len);
     p->w.ring_end = entry_ring(p);
-    table_put(s->slots, s->mask, p);
-    recency_add(a->stamped, s, p);
+    acemq__audit_table_put(s->slots, s->mask, p);
+    acemq__audit_recency_add(a->stamped, s, p);
     s->count++;
     if (a->plain) memo_admitted(s, p);
     return p;
@@ -1087,51 +676,4 @@ int acemq_audit_rollback(acemq_audit *a, const char *id, size_t id_len)
     int rc = acemq_audit_parse_id(id, id_len, &p);
     if (rc != 0) return rc;
     return acemq_audit_rollback_seq(a, p.producer, p.producer_len, p.sequence);
-}
-
-void acemq__audit_stats_merge(acemq_audit_stats *sum, const acemq_audit_stats *t)
-{
-    sum->checks += t->checks;
-    sum->news += t->news;
-    sum->duplicates += t->duplicates;
-    sum->unknowns += t->unknowns;
-    sum->unknown_evicted += t->unknown_evicted;
-    sum->unknown_behind_window += t->unknown_behind_window;
-    sum->unknown_before_start += t->unknown_before_start;
-    sum->evictions += t->evictions;
-    sum->forgotten += t->forgotten;
-    sum->rollbacks += t->rollbacks;
-    sum->producers += t->producers;
-}
-
-void acemq__audit_stats_add(acemq_audit *a, acemq_audit_stats *sum)
-{
-    for (unsigned i = 0; i < a->nshards; i++) {
-        shard *s = &a->shards[i];
-        lock(a, s);
-        acemq__audit_stats_merge(sum, &s->stats);
-        /* Under stamp recency every tick of the clock that is not an
-         * other_stamps is a fast answer (see shard.answered). */
-        uint64_t answered = s->answered + (a->stamped ? s->clock - s->other_stamps : 0);
-        uint64_t fast_news = answered - s->answered_duplicates;
-        uint64_t news = s->stats.news + fast_news;
-        uint64_t duplicates = s->stats.duplicates + s->answered_duplicates;
-        sum->news += fast_news;
-        sum->duplicates += s->answered_duplicates;
-        /* Every check is answered once, and the check path counts only its
-         * answer: NEW (fail-open UNKNOWNs included), DUPLICATE, or, only
-         * under fail-closed, UNKNOWN. */
-        sum->checks +=
-            news + duplicates + (a->policy == ACEMQ_AUDIT_FAIL_CLOSED ? s->stats.unknowns : 0);
-        sum->producers += s->count;
-        unlock(a, s);
-    }
-}
-
-int acemq_audit_stats_get(acemq_audit *a, acemq_audit_stats *out)
-{
-    if (!a || !out) return ACEMQ_EINVAL;
-    memset(out, 0, sizeof *out);
-    acemq__audit_stats_add(a, out);
-    return 0;
 }

@@ -11,7 +11,9 @@
 #include <time.h>
 
 #include "broker/broker_backend.h"
-#include "core/mono_time.h"
+#include "broker/broker_internal.h"
+#include "core/url.h"
+#include "os/mono_time.h"
 
 #if UINTPTR_MAX == UINT64_MAX
 /* confirm_us took the padding after outcome: programs built against the
@@ -50,6 +52,8 @@ const char *acemq_broker_errmsg(const acemq_broker *b)
     return b ? b->errmsg : open_error;
 }
 
+acemq__registry acemq__broker_registry;
+
 int acemq_broker_open(acemq_broker **out, const char *url, const acemq_broker_options *o)
 {
     if (!out) return acemq__broker_fail(NULL, ACEMQ_EINVAL, "out must not be NULL");
@@ -62,6 +66,8 @@ int acemq_broker_open(acemq_broker **out, const char *url, const acemq_broker_op
     else
         acemq_broker_options_init(&b->opts);
     int rc;
+    char scheme[32];
+    const acemq__broker_backend *backend = NULL;
     if (b->opts.window < 1 || b->opts.window > 65535)
         rc = acemq__broker_fail(b, ACEMQ_EINVAL, "window must be within 1..65535");
     else if (b->opts.confirm_timeout_ms < 1)
@@ -70,12 +76,15 @@ int acemq_broker_open(acemq_broker **out, const char *url, const acemq_broker_op
         rc = acemq__broker_fail(b, ACEMQ_EINVAL, "heartbeat_s must be within 0..3600");
     else if (b->opts.connect_timeout_ms < 1)
         rc = acemq__broker_fail(b, ACEMQ_EINVAL, "connect_timeout_ms must be positive");
-    else if (strncmp(url, "amqp://", 7) == 0)
-        rc = acemq__broker_open_amqp(b, url);
-    else if (strncmp(url, "memory:", 7) == 0)
-        rc = acemq__broker_open_memory(b, url);
-    else
-        rc = acemq__broker_fail(b, ACEMQ_EURL, "unknown broker '%s'; known: amqp://, memory:", url);
+    else if (acemq__url_scheme(url, scheme, sizeof scheme) == 0 &&
+             (backend = (const void *)acemq__registry_find(&acemq__broker_registry, scheme)) !=
+                 NULL)
+        rc = backend->open(b, url);
+    else {
+        char known[256];
+        acemq__registry_names(&acemq__broker_registry, known, sizeof known);
+        rc = acemq__broker_fail(b, ACEMQ_EURL, "unknown broker '%s'; known: %s", url, known);
+    }
     if (rc != 0) {
         (void)acemq__broker_fail(NULL, rc, "%s", b->errmsg);
         free(b);

@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include "acemq/broker.h"
-#include "core/url.h"
+#include "core/registry.h"
 
 #define ACEMQ__BROKER_METHODS_VERSION 2
 
@@ -71,18 +71,18 @@ uint32_t acemq__broker_confirm_us(int64_t sent_us, int64_t at_us);
  * acemq_broker_stop_waiting was called, or the watched stop flag is set. */
 int acemq__broker_stop_asked(const acemq_broker *b);
 
-/* Watches flag (NULL: none) as acemq_broker_stop_waiting would be called
- * once it is set; the caller keeps flag valid until it watches NULL. */
-void acemq__broker_watch_stop(acemq_broker *b, volatile sig_atomic_t *flag);
+/* A broker as the registry knows it: the scheme of the URLs it serves and
+ * how to open one. */
+typedef struct acemq__broker_backend {
+    acemq__registry_entry entry; /* scheme "amqp", shown "amqp://" */
+    /* Fills b->methods and b->self, or returns an error with its text on b.
+     * The URL text is passed whole: amqp:// URLs carry user, password, host,
+     * port and vhost that rabbitmq-c's amqp_parse_url reads. */
+    int (*open)(acemq_broker *b, const char *url);
+} acemq__broker_backend;
 
-/* Calls fn (NULL: nobody) on each change of acemq_broker_blocked. */
-void acemq__broker_watch_blocked(acemq_broker *b,
-                                 void (*fn)(void *ctx, int blocked, const char *reason), void *ctx);
-
-/* Backend entry points: fill b->methods and b->self, or return an error with
- * its text on b. The URL text is passed whole: amqp:// URLs carry user,
- * password, host, port and vhost that rabbitmq-c's amqp_parse_url reads. */
-int acemq__broker_open_amqp(acemq_broker *b, const char *url);
-int acemq__broker_open_memory(acemq_broker *b, const char *url);
+/* The brokers by URL scheme (core/registry.h): each entry is the
+ * first member of a acemq__broker_backend. */
+extern acemq__registry acemq__broker_registry;
 
 #endif

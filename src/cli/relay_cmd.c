@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/pause.h"
+#include "os/mono_time.h"
 #include "relay/logfmt.h"
 #include "relay/metrics.h"
 

@@ -1,6 +1,6 @@
 /* dlist.h — the intrusive doubly linked list that the audit's recency
  * (audit.c, lru.c) and the memory store's claim and confirm orders
- * (memory_idem.c) keep: records carry their own `prev` and `next`, of their
+ * (backends/memory/idem.c) keep: records carry their own `prev` and `next`, of their
  * own type, and a list is a head and a tail, NULL when empty.
  *
  * Macros rather than functions over an embedded link: each user's record

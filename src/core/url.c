@@ -35,18 +35,35 @@ static int percent_decode(char *s)
     return 0;
 }
 
-int acemq__url_parse(acemq__url *u, const char *text)
+/* Where text's scheme ends (its first ':'), or NULL when it has no
+ * well-formed scheme (RFC 3986: a letter, then letters, digits, '+-.'). */
+static const char *scheme_end(const char *text)
 {
-    memset(u, 0, sizeof *u);
-    if (!text) return ACEMQ_EURL;
-    const char *colon = strchr(text, ':');
-    if (!colon || colon == text) return ACEMQ_EURL;
+    const char *colon = text ? strchr(text, ':') : NULL;
+    if (!colon || colon == text) return NULL;
     for (const char *p = text; p < colon; p++) {
         char c = *p;
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                  (p > text && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
-        if (!ok) return ACEMQ_EURL;
+        if (!ok) return NULL;
     }
+    return colon;
+}
+
+int acemq__url_scheme(const char *text, char *buf, size_t cap)
+{
+    const char *colon = scheme_end(text);
+    if (!colon || (size_t)(colon - text) >= cap) return ACEMQ_EURL;
+    memcpy(buf, text, (size_t)(colon - text));
+    buf[colon - text] = '\0';
+    return 0;
+}
+
+int acemq__url_parse(acemq__url *u, const char *text)
+{
+    memset(u, 0, sizeof *u);
+    const char *colon = scheme_end(text);
+    if (!colon) return ACEMQ_EURL;
     u->buf = strdup(text);
     if (!u->buf) return ACEMQ_ENOMEM;
     u->scheme = u->buf;

@@ -21,6 +21,9 @@ typedef struct acemq__url {
     } params[ACEMQ__URL_MAX_PARAMS];
 } acemq__url;
 
+/* Copies text's scheme (what precedes its first ':') into buf: 0, or
+ * ACEMQ_EURL when it has none, a malformed one or one longer than cap - 1. */
+int acemq__url_scheme(const char *text, char *buf, size_t cap);
 /* 0, ACEMQ_EURL when text has no scheme or too many parameters, ACEMQ_ENOMEM. */
 int acemq__url_parse(acemq__url *u, const char *text);
 void acemq__url_free(acemq__url *u);

@@ -13,7 +13,7 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "acemq/outbox.h"
+#include "core/uuid.h"
 
 static pthread_mutex_t uuid_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t last_ms;
@@ -30,7 +30,7 @@ static int random_bytes(unsigned char *p, size_t n)
     return 0;
 }
 
-int acemq_uuid7(char buf[ACEMQ_OUTBOX_UUID_LEN + 1])
+int acemq_uuid7(char buf[ACEMQ__UUID_LEN + 1])
 {
     if (!buf) return ACEMQ_EINVAL;
     unsigned char r[10];

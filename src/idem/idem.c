@@ -1,5 +1,6 @@
 /* idem.c — the backend-neutral idempotency store: argument checks, the clock,
- * counters and error text. Backends (src/store/) only store and decide.
+ * counters and error text. Backends (src/backends/<tech>/idem.c), found by URL
+ * scheme in the registry, only store and decide.
  *
  * Every public call validates its input here first, so no backend ever sees a
  * NULL id, an empty one, an over-long one or an out-of-range lease; a bad call
@@ -141,6 +142,8 @@ void acemq__idem_free(acemq_idem *h)
     destroy(h);
 }
 
+acemq__registry acemq__idem_registry;
+
 int acemq_idem_open(acemq_idem **out, const char *url, const acemq_idem_options *o)
 {
     open_error[0] = '\0';
@@ -157,13 +160,15 @@ int acemq_idem_open(acemq_idem **out, const char *url, const acemq_idem_options 
         acemq__idem_free(h);
         return rc;
     }
-    if (strcmp(u.scheme, "memory") == 0)
-        rc = acemq__idem_open_memory(h, &u);
-    else if (strcmp(u.scheme, "sqlite") == 0)
-        rc = acemq__idem_open_sqlite_url(h, &u);
-    else
-        rc = acemq__idem_fail(h, ACEMQ_EURL,
-                              "unknown store '%s:'; known: memory:, sqlite:", u.scheme);
+    const acemq__idem_backend *b =
+        (const void *)acemq__registry_find(&acemq__idem_registry, u.scheme);
+    if (b) {
+        rc = b->open(h, &u);
+    } else {
+        char known[256];
+        acemq__registry_names(&acemq__idem_registry, known, sizeof known);
+        rc = acemq__idem_fail(h, ACEMQ_EURL, "unknown store '%s:'; known: %s", u.scheme, known);
+    }
     acemq__url_free(&u);
     if (rc != 0) {
         acemq__idem_free(h);

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "acemq/idem.h"
+#include "core/registry.h"
 #include "core/url.h"
 
 /* 1: the first table. 2: try_claim_many appended (optional). 3: prefetch
@@ -121,16 +122,17 @@ int acemq__idem_new(acemq_idem **out, const acemq_idem_options *o);
  * in this thread through acemq_idem_errmsg(NULL). */
 void acemq__idem_free(acemq_idem *h);
 
-/* Backend entry points: each fills h->methods and h->self, or returns an
- * error with its text already on h. */
-int acemq__idem_open_memory(acemq_idem *h, const acemq__url *url);
-/* The slots of all the tables of h, which must be a memory store (tests:
- * how far they grew). */
-size_t acemq__memory_idem_slots(acemq_idem *h);
-/* Waits until h's records are faulted in as far as its populator was asked
- * (memory_records.h), and says how far: bytes of records, 0 when it has no
- * populator at work. h must be a memory store; for tests. */
-size_t acemq__memory_idem_wait_ahead(acemq_idem *h);
-int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url);
+/* A backend as the registry knows it: the scheme of the URLs it serves and
+ * how to open one. */
+typedef struct acemq__idem_backend {
+    acemq__registry_entry entry; /* scheme "memory", shown "memory:" */
+    /* Fills h->methods and h->self from the parsed URL, or returns an error
+     * with its text already on h. */
+    int (*open)(acemq_idem *h, const acemq__url *url);
+} acemq__idem_backend;
+
+/* The idempotency stores by URL scheme (core/registry.h): each entry is the
+ * first member of a acemq__idem_backend. */
+extern acemq__registry acemq__idem_registry;
 
 #endif

@@ -10,8 +10,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/mono_time.h"
+#include "os/mono_time.h"
+#include "core/url.h"
 #include "outbox/outbox_backend.h"
+#include "outbox/outbox_internal.h"
 
 void acemq_outbox_options_init(acemq_outbox_options *o)
 {
@@ -208,6 +210,8 @@ static int check_options(const acemq_outbox_options *o, char *why, size_t cap)
     return 0;
 }
 
+acemq__registry acemq__outbox_registry;
+
 int acemq_outbox_open(acemq_outbox **out, const char *url, const acemq_outbox_options *o)
 {
     if (!out) return acemq__outbox_fail_thread(ACEMQ_EINVAL, "out must not be NULL");
@@ -232,24 +236,16 @@ int acemq_outbox_open(acemq_outbox **out, const char *url, const acemq_outbox_op
     if (!h->rng) h->rng = 0x9E3779B97F4A7C15ULL;
 
     int rc;
-    if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0) {
-        rc = acemq__outbox_open_pg(h, url);
+    char scheme[32];
+    const acemq__outbox_backend *b = NULL;
+    if (acemq__url_scheme(url, scheme, sizeof scheme) != 0) {
+        rc = acemq__outbox_fail(h, ACEMQ_EURL, "'%s' is not a URL of the form scheme:rest", url);
+    } else if ((b = (const void *)acemq__registry_find(&acemq__outbox_registry, scheme)) != NULL) {
+        rc = b->open(h, url);
     } else {
-        acemq__url u;
-        rc = acemq__url_parse(&u, url);
-        if (rc != 0) {
-            acemq__outbox_fail(h, rc, "'%s' is not a URL of the form scheme:rest", url);
-        } else {
-            if (strcmp(u.scheme, "sqlite") == 0) {
-                /* One machine, one clock: SQLite has no server to ask. */
-                if (!h->has_clock) h->clock = *acemq_clock_system(), h->has_clock = 1;
-                rc = acemq__outbox_open_sqlite(h, &u);
-            } else {
-                rc = acemq__outbox_fail(
-                    h, ACEMQ_EURL, "unknown outbox '%s:'; known: sqlite:, postgres://", u.scheme);
-            }
-            acemq__url_free(&u);
-        }
+        char known[256];
+        acemq__registry_names(&acemq__outbox_registry, known, sizeof known);
+        rc = acemq__outbox_fail(h, ACEMQ_EURL, "unknown outbox '%s:'; known: %s", scheme, known);
     }
     if (rc != 0) {
         (void)acemq__outbox_fail_thread(rc, "%s", h->errmsg);

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "acemq/outbox.h"
-#include "core/url.h"
+#include "core/registry.h"
 
 /* 2: purge_batch and purge_pauses. 3: claim_runs. */
 #define ACEMQ__OUTBOX_METHODS_VERSION 3
@@ -130,19 +130,20 @@ int acemq__outbox_fail_thread(int code, const char *fmt, ...) __attribute__((for
 int acemq__outbox_prepare_record(const acemq_outbox_record *r, const acemq_outbox_add_options *o,
                                  char id_buf[ACEMQ_OUTBOX_ID_MAX + 1], char **headers_json);
 
-/* acemq_outbox_claim_batch with the backend's claim_runs where it has one
- * (see there): for a publisher that keeps one record per ordering key
- * unconfirmed at a time itself. */
-int acemq__outbox_claim_runs(acemq_outbox *h, size_t max, int64_t lease_ms,
-                             const acemq_outbox_msg **msgs, size_t *n);
+/* A backend as the registry knows it: the scheme of the URLs it serves and
+ * how to open one. */
+typedef struct acemq__outbox_backend {
+    acemq__registry_entry entry; /* scheme "sqlite", shown "sqlite:" */
+    /* Fills h->methods and h->self from the whole URL text (a backend parses
+     * it as its technology reads it: libpq takes a postgres:// URL as is), or
+     * returns an error with its text already on h. h->has_clock is 0 when
+     * the caller gave no clock: the backend then reads the database's, or
+     * sets h->clock itself. */
+    int (*open)(acemq_outbox *h, const char *url);
+} acemq__outbox_backend;
 
-/* acemq_outbox_purge with a batch of its own (tests use a small one): adds
- * what it deletes to *purged, which also counts the batches that committed
- * before an error. */
-int acemq__outbox_purge_batched(acemq_outbox *h, int64_t older_than_ms, uint64_t batch,
-                                uint64_t *purged);
-
-int acemq__outbox_open_sqlite(acemq_outbox *h, const acemq__url *url);
-int acemq__outbox_open_pg(acemq_outbox *h, const char *conninfo);
+/* The outboxes by URL scheme (core/registry.h): each entry is the
+ * first member of a acemq__outbox_backend. */
+extern acemq__registry acemq__outbox_registry;
 
 #endif

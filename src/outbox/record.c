@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/uuid.h"
 #include "outbox/outbox_backend.h"
+
+_Static_assert(ACEMQ__UUID_LEN == ACEMQ_OUTBOX_UUID_LEN, "one length for generated ids");
 
 /* 1 when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates). */
 static int utf8_valid(const unsigned char *s, size_t len)

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <time.h>
 
-#include "core/mono_time.h"
+#include "os/mono_time.h"
 
 double acemq__gauges_now_ms(void)
 {

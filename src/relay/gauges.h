@@ -16,7 +16,7 @@
 
 #include "acemq/outbox.h"
 #include "acemq/relay.h"
-#include "core/worker.h"
+#include "relay/worker.h"
 
 /* Never more often than this. */
 #define ACEMQ__GAUGES_MIN_INTERVAL_MS 1000.0

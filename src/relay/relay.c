@@ -60,15 +60,16 @@
 #include <time.h>
 
 #include "acemq/relay.h"
-#include "broker/broker_backend.h"
-#include "core/pause.h"
-#include "core/worker.h"
+#include "broker/broker_internal.h"
+#include "os/mono_time.h"
+#include "relay/worker.h"
+#include "relay/claimer.h"
 #include "relay/flight.h"
 #include "relay/gauges.h"
 #include "relay/logfmt.h"
 #include "relay/mark_job.h"
 #include "relay/waves.h"
-#include "outbox/outbox_backend.h"
+#include "outbox/outbox_internal.h"
 
 const double acemq_relay_latency_bounds_ms[ACEMQ_RELAY_LATENCY_BUCKETS - 1] = {
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000};
@@ -530,92 +531,17 @@ static void release_flight(acemq_relay *r, acemq__flight *f)
 
 /* ------------------------------------------------------------ the claimer */
 
-/* With opts.claim_outbox, claims run on a thread of their own: batch k+1 is
- * claimed while batch k is being sent, so a slow claim (SQLite's writer
- * lock, a busy database) no longer stops the sending. The main thread asks
- * for one batch at a time, naming the free flight to claim into, and takes
- * it before asking again: at most one batch is claimed ahead. */
-typedef struct claimer {
-    acemq_relay *r;
-    acemq__worker w;
-    int asked;    /* flight to claim into; -1 none */
-    int answered; /* the asked flight is filled (or failed) */
-    int asked_flight, rc;
-    size_t n;
-    int quit;
-} claimer;
-
-static void *claimer_main(void *arg)
+/* The claimer thread's claim and release (claimer.h), on the claim handle. */
+static int claim_ahead(void *ctx, int i, size_t *n)
 {
-    claimer *c = arg;
-    for (;;) {
-        pthread_mutex_lock(&c->w.mu);
-        while (c->asked < 0 && !c->quit)
-            pthread_cond_wait(&c->w.cv, &c->w.mu);
-        if (c->asked < 0) {
-            pthread_mutex_unlock(&c->w.mu);
-            return NULL;
-        }
-        int i = c->asked;
-        pthread_mutex_unlock(&c->w.mu);
-        size_t n = 0;
-        int rc = claim_into(c->r, c->r->opts.claim_outbox, i, &n);
-        pthread_mutex_lock(&c->w.mu);
-        c->asked = -1;
-        c->answered = 1;
-        c->rc = rc;
-        c->n = n;
-        pthread_cond_broadcast(&c->w.cv);
-        pthread_mutex_unlock(&c->w.mu);
-    }
+    acemq_relay *r = ctx;
+    return claim_into(r, r->opts.claim_outbox, i, n);
 }
 
-static void claimer_ask(claimer *c, int i)
+static void release_ahead(void *ctx, int i)
 {
-    pthread_mutex_lock(&c->w.mu);
-    c->asked = i;
-    c->asked_flight = i;
-    c->answered = 0;
-    pthread_cond_broadcast(&c->w.cv);
-    pthread_mutex_unlock(&c->w.mu);
-}
-
-/* Waits for the batch asked for; returns the claim's result. */
-static int claimer_take(claimer *c, int *i, size_t *n)
-{
-    pthread_mutex_lock(&c->w.mu);
-    while (!c->answered)
-        pthread_cond_wait(&c->w.cv, &c->w.mu);
-    c->answered = 0;
-    *i = c->asked_flight;
-    *n = c->n;
-    int rc = c->rc;
-    c->asked_flight = -1;
-    pthread_mutex_unlock(&c->w.mu);
-    return rc;
-}
-
-static int claimer_start(claimer *c, acemq_relay *r)
-{
-    *c = (claimer){.r = r, .asked = -1, .asked_flight = -1};
-    if (acemq__worker_start(&c->w, 0, claimer_main, c) != 0)
-        return fail(r, ACEMQ_ENOMEM, "run", "cannot start the claimer thread");
-    return 0;
-}
-
-/* Stops claiming: a batch still asked for is taken and released unsent. */
-static void claimer_stop(claimer *c)
-{
-    if (c->asked_flight >= 0) {
-        int i;
-        size_t n;
-        if (claimer_take(c, &i, &n) == 0 && n > 0) release_flight(c->r, &c->r->flights[i]);
-    }
-    pthread_mutex_lock(&c->w.mu);
-    c->quit = 1;
-    pthread_cond_broadcast(&c->w.cv);
-    pthread_mutex_unlock(&c->w.mu);
-    acemq__worker_join(&c->w);
+    acemq_relay *r = ctx;
+    release_flight(r, &r->flights[i]);
 }
 
 /* ------------------------------------------------------------ pipelining */
@@ -661,13 +587,13 @@ static int settle_now(acemq_relay *r, int i)
  * sent; a batch that is not full is settled at once (settle_now), and the
  * next round claims here: at a low rate the relay runs like step(), with
  * no thread hop on the way from commit to confirm. */
-static int pipelined_step(acemq_relay *r, marker *k, claimer *c, size_t *claimed)
+static int pipelined_step(acemq_relay *r, marker *k, acemq__claimer *c, size_t *claimed)
 {
     int i = -1, rc;
     size_t n = 0;
     int ahead = c && c->asked_flight >= 0;
     if (ahead) {
-        rc = claimer_take(c, &i, &n);
+        rc = acemq__claimer_take(c, &i, &n);
     } else {
         i = free_flight(r, -1);
         rc = claim_into(r, r->ob, i, &n);
@@ -685,7 +611,7 @@ static int pipelined_step(acemq_relay *r, marker *k, claimer *c, size_t *claimed
     }
     *claimed = n;
     int full = rc == 0 && n == r->opts.batch;
-    if (c && full) claimer_ask(c, free_flight(r, i));
+    if (c && full) acemq__claimer_ask(c, free_flight(r, i));
     int waved = rc == 0 && n > 0 ? acemq__waves_plan(&r->waves, r->flights[i].recs, n) : 0;
     if (waved < 0) return fail(r, waved, "waves", "out of memory");
     if (waved) { /* one send at a time from here: nothing may be outstanding */
@@ -752,15 +678,17 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
     if (!stop) return fail(r, ACEMQ_EINVAL, "run", "stop must not be NULL");
     log_event(r, "start", "backend", acemq_outbox_backend(r->ob), NULL, NULL);
     marker k = {.r = r, .waiting = -1};
-    claimer c, *cp = NULL;
+    acemq__claimer c, *cp = NULL;
     int pipelined = r->opts.mark_outbox != NULL;
     if (pipelined) {
         if (acemq__worker_start(&k.w, 0, marker_main, &k) != 0)
             return fail(r, ACEMQ_ENOMEM, "run", "cannot start the marker thread");
-        if (r->opts.claim_outbox && claimer_start(&c, r) != 0)
+        if (r->opts.claim_outbox && acemq__claimer_start(&c, claim_ahead, release_ahead, r) != 0) {
+            (void)fail(r, ACEMQ_ENOMEM, "run", "cannot start the claimer thread");
             log_event(r, "error", "where", "run", "error", "no claimer thread: claiming inline");
-        else if (r->opts.claim_outbox)
+        } else if (r->opts.claim_outbox) {
             cp = &c;
+        }
     }
     acemq__gauges g, *gp = NULL;
     if (r->opts.gauge_outbox &&
@@ -808,7 +736,7 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
     if (pipelined) {
         /* Claiming stops (a batch claimed ahead goes back unsent); the
          * batch in flight is collected and marked before run returns. */
-        if (cp) claimer_stop(cp);
+        if (cp) acemq__claimer_stop(cp);
         collect_pending(r, &k);
         pthread_mutex_lock(&k.w.mu);
         k.quit = 1;

@@ -19,8 +19,8 @@
 
 #include "conformance/outbox_fixture.h"
 #include "outbox/outbox_backend.h"
-#include "outbox/outbox_sync_hooks.h"
-#include "outbox/outbox_wait_hooks.h"
+#include "outbox/outbox_internal.h"
+#include "backends/test_control.h"
 
 static int use_pg;
 

@@ -21,9 +21,9 @@
 #include <time.h>
 
 #include "acemq/relay.h"
-#include "broker/memory_broker.h"
+#include "backends/test_control.h"
 #include "conformance/outbox_fixture.h"
-#include "core/mono_time.h"
+#include "os/mono_time.h"
 #include "outbox/outbox_backend.h"
 
 static int use_pg;

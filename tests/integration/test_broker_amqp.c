@@ -33,7 +33,7 @@
 #include <amqp_tcp_socket.h>
 
 #include "acemq/broker.h"
-#include "core/mono_time.h"
+#include "os/mono_time.h"
 
 static const char *url;
 static struct amqp_connection_info info;

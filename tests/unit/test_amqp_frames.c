@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "broker/amqp_frames.h"
+#include "backends/amqp/frames.h"
 
 static uint32_t get32(const unsigned char *p)
 {

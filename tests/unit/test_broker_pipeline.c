@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "acemq/broker.h"
-#include "broker/memory_broker.h"
+#include "backends/test_control.h"
 
 static acemq_broker *open_window(int window)
 {

@@ -20,7 +20,7 @@
 #include "acemq/acemq.h"
 #include "acemq/relay.h"
 #include "acemq/sqlite.h"
-#include "broker/memory_broker.h"
+#include "backends/test_control.h"
 #include "scratch_db.h"
 
 #define TEXT_MAX 1024

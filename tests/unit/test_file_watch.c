@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "store/file_watch.h"
+#include "os/file_watch.h"
 #include "unit/scratch_db.h"
 
 typedef scratch_db fixture;

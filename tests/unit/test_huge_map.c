@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "core/huge_map.h"
+#include "os/huge_map.h"
 
 #define MIB ((size_t)1 << 20)
 

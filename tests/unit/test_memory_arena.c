@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "memory_pages.h"
-#include "store/memory_arena.h"
+#include "backends/memory/arena.h"
 
 /* Allocations of many sizes, across several blocks (the first is 256 KiB,
  * then they double): each zeroed, on a cache line, and not overlapping any

@@ -16,8 +16,8 @@
 #include <cmocka.h>
 
 #include "acemq/acemq.h"
-#include "core/memory_room.h"
-#include "idem/idem_backend.h"
+#include "os/memory_room.h"
+#include "backends/test_control.h"
 #include "memory_pages.h"
 
 #define T0 1700000000000LL

@@ -17,8 +17,8 @@
 
 #include "acemq/common.h"
 #include "memory_pages.h"
-#include "core/huge_map.h"
-#include "store/memory_records.h"
+#include "os/huge_map.h"
+#include "backends/memory/records.h"
 
 /* Runs of many lengths, 5 MiB of records in all (past the 256 KiB first
  * commit, the 2 MiB mark where huge pages are asked for, and several

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "core/memory_room.h"
+#include "os/memory_room.h"
 
 #define MIB ((size_t)1 << 20)
 #define V1_UNLIMITED "9223372036854771712\n"

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "core/pause.h"
+#include "os/mono_time.h"
 
 typedef struct asker {
     int asked;   /* times stop() was called */

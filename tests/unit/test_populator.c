@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "core/huge_map.h"
-#include "core/populator.h"
+#include "os/huge_map.h"
+#include "os/populator.h"
 #include "memory_pages.h"
 
 #define MIB ((size_t)1 << 20)

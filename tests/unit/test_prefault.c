@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "core/prefault.h"
+#include "os/prefault.h"
 #include "memory_pages.h"
 
 /* A fresh mapping has no page in; prefault of a range inside it (not on

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "core/shard_lock.h"
+#include "os/shard_lock.h"
 
 enum { THREADS = 8, ROUNDS = 200000 };
 

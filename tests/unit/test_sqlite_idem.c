@@ -30,7 +30,7 @@
 #include "conformance/backends.h"
 #include "core/url.h"
 #include "idem/idem_backend.h"
-#include "store/sqlite_idem_internal.h"
+#include "backends/test_control.h"
 
 #define T0 1700000000000LL
 #define LEASE 30000

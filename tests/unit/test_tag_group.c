@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "store/tag_group.h"
+#include "backends/memory/tag_group.h"
 
 /* What the masks must be: slot by slot, from i to its group's end. */
 static acemq__tag_masks walk(const uint8_t *tags, size_t i, uint8_t tag)

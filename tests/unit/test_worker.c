@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "core/worker.h"
+#include "relay/worker.h"
 
 typedef struct job {
     acemq__worker w;
