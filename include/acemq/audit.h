@@ -63,8 +63,10 @@ enum {
 /* acemq_audit_options.flags */
 enum {
     /* Safe for concurrent use: producers are sharded by hash over locked
-     * shards; a newcomer to a full audit evicts the least recently used
-     * producer of its own shard (docs/audit.md). Without it, no locking. */
+     * shards (one by default); a newcomer to a full audit evicts the least
+     * recently used producer of its own shard (docs/audit.md). With one
+     * shard that is the whole audit's, as in ActiveMQ. Without it, no
+     * locking. */
     ACEMQ_AUDIT_THREAD_SAFE = 1u << 0
 };
 
@@ -74,7 +76,9 @@ typedef struct acemq_audit_options {
     int policy;             /* ACEMQ_AUDIT_FAIL_OPEN (default) or ACEMQ_AUDIT_FAIL_CLOSED */
     unsigned flags;         /* ACEMQ_AUDIT_* flags */
     uint32_t shards;        /* thread-safe flavour: locked shards, rounded up to a power
-                               of two; 0: 16. Ignored without ACEMQ_AUDIT_THREAD_SAFE. */
+                               of two; 0: 1. More than one lock less, but the LRU is
+                               then per shard: a producer ActiveMQ keeps may be evicted.
+                               Ignored without ACEMQ_AUDIT_THREAD_SAFE. */
     uint32_t max_evicted;   /* evicted producers remembered (8 bytes each) so that their
                                return is UNKNOWN; 0: 8 * max_producers, at most 2^20 */
 } acemq_audit_options;

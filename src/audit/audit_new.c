@@ -8,7 +8,10 @@
 
 #define DEFAULT_DEPTH 2048
 #define DEFAULT_PRODUCERS 64
-#define DEFAULT_SHARDS 16
+/* One shard: one LRU over all producers, as ActiveMQ keeps, so the
+ * thread-safe flavour catches every duplicate ActiveMQ catches. More shards
+ * (options.shards) lock less but evict per shard. */
+#define DEFAULT_SHARDS 1
 #define GHOSTS_PER_PRODUCER 8
 /* The default memory of evictions stops growing at 8 MiB. */
 #define DEFAULT_GHOSTS_MAX ((size_t)1 << 20)

@@ -858,7 +858,8 @@ static void amq_rollback(amq_audit *m, int k, int64_t seq)
  * soon after; first deliveries out of order; rollbacks): under fail-open,
  * every id ActiveMQ's audit (modelled above) answers duplicate is a
  * DUPLICATE here, and a DUPLICATE is only ever an id checked before.
- * Under fail-closed, a DUPLICATE too is only ever an id checked before. */
+ * Under fail-closed, a DUPLICATE too is only ever an id checked before.
+ * Both flavours, the thread-safe one with its default options. */
 static void catches_what_activemq_catches(void **state)
 {
     (void)state;
@@ -870,10 +871,12 @@ static void catches_what_activemq_catches(void **state)
     static amq_audit amq;
     srand(11);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        for (int closed = 0; closed < 2; closed++) {
+        for (int v = 0; v < 4; v++) {
+            int closed = v & 1;
+            unsigned flags = v >> 1 ? ACEMQ_AUDIT_THREAD_SAFE : 0;
             int depth = cases[c].depth, np = cases[c].producers;
             acemq_audit *a = make((uint32_t)depth, (uint32_t)cases[c].max,
-                                  closed ? ACEMQ_AUDIT_FAIL_CLOSED : ACEMQ_AUDIT_FAIL_OPEN, 0);
+                                  closed ? ACEMQ_AUDIT_FAIL_CLOSED : ACEMQ_AUDIT_FAIL_OPEN, flags);
             memset(seen, 0, sizeof seen);
             memset(&amq, 0, sizeof amq);
             amq.max = cases[c].max;
@@ -928,9 +931,10 @@ static void catches_what_activemq_catches(void **state)
                              amq.max, closed ? "fail-closed" : "fail-open", i, name,
                              (unsigned long long)s);
                 if (!closed && amq_dup && got != ACEMQ_AUDIT_DUPLICATE)
-                    fail_msg("depth %d max %d: step %d %s:%llu: ActiveMQ duplicate, acemq %s/%s",
-                             depth, amq.max, i, name, (unsigned long long)s,
-                             acemq_audit_result_name(got), acemq_audit_cause_name(cause));
+                    fail_msg("depth %d max %d%s: step %d %s:%llu: ActiveMQ duplicate, acemq %s/%s",
+                             depth, amq.max, flags ? " thread-safe" : "", i, name,
+                             (unsigned long long)s, acemq_audit_result_name(got),
+                             acemq_audit_cause_name(cause));
                 amq_dups += (uint64_t)amq_dup;
                 caught += got == ACEMQ_AUDIT_DUPLICATE && !amq_dup;
                 seen[k][s] = 1;
