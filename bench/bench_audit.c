@@ -1,38 +1,31 @@
-/* bench_audit.c — ns per id of acemq's message audit on issue 3's stream
- * (2,000,000 ActiveMQ-style ids, 64 producers, 5 % redeliveries from the last
- * 1,000), beside ActiveMQ's own audit timed on the same file in the same run,
- * so the ratio holds on a noisy machine.
+/* bench_audit.c — ns per id of acemq's message audit, beside ActiveMQ's own
+ * audit (bench/peers/) timed on the same file in the same run, so the ratio
+ * holds on a noisy machine. The ratio is ActiveMQ ns / acemq ns; the target
+ * is >= 10 on one thread. A missed target is printed, never a failure.
  *
- * Pairs: acemq_audit_check (the text id, parse included) beside ActiveMQ's
- * isDuplicate(String) (which parses too), and acemq_audit_check_seq (producer
- * and sequence split beforehand) beside isDuplicate(MessageId) on ids parsed
- * beforehand. The split ids are timed twice: with each producer's bytes where
- * the id was (split/check_seq: the producer bytes stream past with the
- * text, as the peer's do not), and with one copy per producer
- * (split/check_seq/interned: as the peer's --api messageid, which shares one
- * ProducerId, and so one key String, per producer; the audit still hashes
- * and compares the bytes, where ActiveMQ's map finds its own String by
- * identity). The thread-safe flavour is timed on one thread as well, to show
- * what its locking costs. The ratio is ActiveMQ ns / acemq ns; the target is
- * >= 10 (single thread). A missed target is printed, never a failure.
+ * Streams, both made by gen_audit_stream (--gen):
+ *   broker/  ids as brokers make them (gen_audit_stream --broker): real host
+ *            names, producers coming and going, gaps from competing
+ *            consumers, late redeliveries in prefetch-sized bursts. The
+ *            target is judged here.
+ *   short/   issue 3's stream: 2,000,000 short ids of 64 producers, 5 %
+ *            redeliveries from the last 1,000; no target.
+ * --stream FILE runs one given file instead, as stream/, with the target.
+ *
+ * Cases: acemq_audit_check (the text id, parse included) beside ActiveMQ's
+ * isDuplicate(String) (which parses too), also in the thread-safe flavour
+ * and through acemq_audit_check_many; acemq_audit_check_seq (producer and
+ * sequence split beforehand) beside isDuplicate(MessageId) on ids parsed
+ * beforehand, also through acemq_audit_check_seq_many. The batch calls get
+ * MANY_BATCH ids at a time; ActiveMQ has no batch call, but its harness
+ * loops over an array of ids already in memory too.
  *
  * The two sides take turns: the peer runs as a server (activemq-peer.sh
- * --time --serve, one JVM per API, warmed up before the first round), and
- * each round runs one pass of the peer's isDuplicate(String), then one of
- * each text form, then one of the peer's isDuplicate(MessageId), then one
- * of each split form. This machine moves between states for seconds at a
- * time (the same pass 30 % to 150 % slower, on either side); taking turns,
- * both sides meet the same states. Each side's figure is its median over
- * the rounds, and the ratio the median of the rounds' ratios (a round's
- * peer pass against the same round's acemq pass).
- *
- * The batch entry points (acemq_audit_check_many, acemq_audit_check_seq_many)
- * are timed too, on batches of MANY_BATCH ids, and labelled as such
- * (text/check_many, split/check_seq_many, text/check_many/thread-safe): ActiveMQ has
- * no batch call, but its harness also loops over an array of ids already in
- * memory, so the pairing is the same; the per-id lines stay the headline.
- *
- *   bench_audit [--gen PATH | --stream FILE] [--out FILE] [--rounds N] [--no-peer]
+ * --time --serve, one JVM per API, warmed up first), and each round runs
+ * one pass of the peer's isDuplicate(String), one of each text case, one of
+ * the peer's isDuplicate(MessageId), one of each split case. Both sides so
+ * meet the machine in the same states; each figure is a median over the
+ * rounds, the ratio the median of the rounds' ratios.
  *
  * Exit status: 0 measured (peer skipped included), 1 something broke, 2 usage.
  */
@@ -77,11 +70,6 @@ typedef struct stream {
     const char **producer;
     size_t *producer_len;
     uint64_t *seq;
-    /* The same, but each producer's bytes are one copy per producer (as
-     * the peer's --api messageid has one ProducerId per producer). */
-    const char **interned;
-    char **copies; /* the copies, one per producer: [0, ncopies) */
-    size_t ncopies;
 } stream;
 
 static void *xmalloc(size_t n)
@@ -96,46 +84,6 @@ static void *xmalloc(size_t n)
 static void check_quotable(const char *path)
 {
     if (strchr(path, '\'')) die("path with a single quote: %s", path);
-}
-
-/* FNV-1a: the bench's own, so that interning does not hash the way the audit does. */
-static uint64_t fnv(const char *p, size_t n)
-{
-    uint64_t h = 1469598103934665603u;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211u;
-    return h;
-}
-
-/* Points s->interned[i] at one copy of each distinct producer, made before
- * the clock: an open-addressed map from producer bytes to their copy. */
-static void intern(stream *s)
-{
-    size_t cap = 1024;
-    while (cap < 2 * s->n && cap < ((size_t)1 << 22))
-        cap *= 2;
-    char **map = calloc(cap, sizeof *map);
-    size_t *len = calloc(cap, sizeof *len);
-    s->interned = xmalloc(s->n * sizeof *s->interned);
-    s->copies = xmalloc(cap * sizeof *s->copies);
-    s->ncopies = 0;
-    if (!map || !len) die("out of memory");
-    for (size_t i = 0; i < s->n; i++) {
-        size_t at = (size_t)fnv(s->producer[i], s->producer_len[i]) & (cap - 1);
-        while (map[at] &&
-               !(len[at] == s->producer_len[i] && memcmp(map[at], s->producer[i], len[at]) == 0))
-            at = (at + 1) & (cap - 1);
-        if (!map[at]) {
-            if (s->ncopies + 1 >= cap / 2) die("too many producers to intern");
-            map[at] = xmalloc(s->producer_len[i]);
-            memcpy(map[at], s->producer[i], s->producer_len[i]);
-            len[at] = s->producer_len[i];
-            s->copies[s->ncopies++] = map[at];
-        }
-        s->interned[i] = map[at];
-    }
-    free(map);
-    free(len);
 }
 
 static void load(stream *s, const char *path)
@@ -176,10 +124,19 @@ static void load(stream *s, const char *path)
         p += len + 1;
     }
     if (s->n == 0) die("%s: no ids", path);
-    intern(s);
 }
 
-enum { FORM_TEXT, FORM_SPLIT, FORM_INTERNED, FORM_TEXT_MANY, FORM_SPLIT_MANY };
+static void unload(stream *s)
+{
+    free(s->text);
+    free(s->id);
+    free(s->id_len);
+    free(s->producer);
+    free(s->producer_len);
+    free(s->seq);
+}
+
+enum { FORM_TEXT, FORM_SPLIT, FORM_TEXT_MANY, FORM_SPLIT_MANY };
 
 /* The batch entry points get the stream in batches of this many ids, as a
  * consumer would hand over its prefetched deliveries (1,000 is ActiveMQ's
@@ -231,7 +188,7 @@ static double run_once(const stream *s, int form, unsigned flags, size_t *dups)
             d += rc == ACEMQ_AUDIT_DUPLICATE;
         }
     } else {
-        const char *const *producer = form == FORM_INTERNED ? s->interned : s->producer;
+        const char *const *producer = s->producer;
         const size_t *producer_len = s->producer_len;
         const uint64_t *seq = s->seq;
         for (size_t i = 0, n = s->n; i < n; i++) {
@@ -357,61 +314,131 @@ typedef struct bench_case {
 
 static const bench_case cases[] = {
     {"text/check", FORM_TEXT, 0, 1},
-    {"split/check_seq", FORM_SPLIT, 0, 0},
-    {"split/check_seq/interned", FORM_INTERNED, 0, 0},
     {"text/check/thread-safe", FORM_TEXT, ACEMQ_AUDIT_THREAD_SAFE, 1},
     {"text/check_many", FORM_TEXT_MANY, 0, 1},
+    {"split/check_seq", FORM_SPLIT, 0, 0},
     {"split/check_seq_many", FORM_SPLIT_MANY, 0, 0},
-    {"text/check_many/thread-safe", FORM_TEXT_MANY, ACEMQ_AUDIT_THREAD_SAFE, 1},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
-/* One case's line and JSON: peer_ns NULL when the peer was skipped, or
- * not asked for (no_peer). */
-static void report(FILE *out, const bench_case *c, const double *ns, const double *peer_ns,
-                   int rounds, int no_peer)
+/* One case's figures: the median of its rounds and, with the peer, the
+ * peer's median and the median of the rounds' ratios. */
+static void report(FILE *out, const char *prefix, const bench_case *c, const double *ns,
+                   const double *peer_ns, int rounds, int has_target)
 {
+    char name[64];
+    snprintf(name, sizeof name, "%s/%s", prefix, c->name);
     double *v = xmalloc((size_t)rounds * sizeof *v);
     memcpy(v, ns, (size_t)rounds * sizeof *v);
-    double mine = median(v, rounds);
-    const char *peer_name = c->by_string ? "activemq-string" : "activemq-messageid";
+    bench_result r = {"audit", name, median(v, rounds), "ns/id", NULL, 0, 0, NULL, 0};
     if (peer_ns) {
-        double theirs, ratio;
+        r.peer = c->by_string ? "activemq isDuplicate(String)" : "activemq isDuplicate(MsgId)";
         memcpy(v, peer_ns, (size_t)rounds * sizeof *v);
-        theirs = median(v, rounds);
-        for (int r = 0; r < rounds; r++)
-            v[r] = peer_ns[r] / ns[r];
-        ratio = median(v, rounds);
-        printf("%-27s %10.2f  %-22s %10.2f %8.1fx  %s\n", c->name, mine, peer_name, theirs, ratio,
-               ratio >= TARGET_RATIO ? "yes" : "NO");
-        fprintf(out,
-                "{\"bench\":\"audit\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"ns/id\","
-                "\"peer\":\"%s\",\"peer_value\":%.2f,\"ratio\":%.3f,\"rounds\":%d,"
-                "\"target\":\">= 10 x peer speed\",\"target_met\":%s}\n",
-                c->name, mine, peer_name, theirs, ratio, rounds,
-                ratio >= TARGET_RATIO ? "true" : "false");
-    } else {
-        const char *why = no_peer ? "-" : "skipped";
-        printf("%-27s %10.2f  %-22s %10s %9s  %s\n", c->name, mine, no_peer ? "-" : peer_name, why,
-               "-", "-");
-        fprintf(out,
-                "{\"bench\":\"audit\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"ns/id\","
-                "\"peer\":%s%s%s,\"peer_value\":null,\"ratio\":null,\"rounds\":%d,"
-                "\"target\":%s,\"target_met\":null}\n",
-                c->name, mine, no_peer ? "" : "\"", no_peer ? "null" : peer_name,
-                no_peer ? "" : "\"", rounds, no_peer ? "null" : "\">= 10 x peer speed\"");
+        r.peer_value = median(v, rounds);
+        for (int i = 0; i < rounds; i++)
+            v[i] = peer_ns[i] / ns[i];
+        r.ratio = median(v, rounds);
+        if (has_target) {
+            r.target = ">= 10 x peer speed";
+            r.target_met = r.ratio >= TARGET_RATIO;
+        }
     }
+    bench_report(out, &r);
     free(v);
-    fflush(stdout);
-    if (fflush(out) != 0) die("writing results: %s", strerror(errno));
+}
+
+/* Times every case on the stream in path, in turns with the peer; prefix
+ * names its cases. */
+static void bench_stream(const config *cfg, FILE *out, const char *path, const char *prefix,
+                         const char *what, int has_target)
+{
+    stream s;
+    load(&s, path);
+    /* The peers load the stream and warm up while nothing is timed. */
+    peer by_string = {0}, by_msgid = {0};
+    int have_peer = 0;
+    if (!cfg->no_peer) {
+        peer_start(&by_string, cfg->peer, "string", path);
+        peer_start(&by_msgid, cfg->peer, "messageid", path);
+        peer_wait_ready(&by_string);
+        peer_wait_ready(&by_msgid);
+        have_peer = by_string.running && by_msgid.running;
+        if (!have_peer) {
+            peer_end(&by_string);
+            peer_end(&by_msgid);
+            printf("ActiveMQ peer skipped: Java or ActiveMQ's jars are not installed "
+                   "(bench/peers/activemq-peer.sh exited %d)\n",
+                   PEER_SKIPPED);
+        }
+    }
+    printf("\n%s/: %zu ids, %s; %d rounds\n", prefix, s.n, what, cfg->rounds);
+    /* Each case's duplicates, from its warm-up pass; every round must find
+     * as many. The thread-safe flavour's LRU is per shard, so with many
+     * producers it can evict (and so miss duplicates) where the other
+     * cases do not. */
+    size_t dups[NCASES];
+    for (size_t c = 0; c < NCASES; c++)
+        (void)run_once(&s, cases[c].form, cases[c].flags, &dups[c]);
+    double(*ns)[NCASES] = calloc((size_t)cfg->rounds, sizeof *ns);
+    double *peer_ns[2] = {calloc((size_t)cfg->rounds, sizeof(double)),
+                          calloc((size_t)cfg->rounds, sizeof(double))};
+    if (!ns || !peer_ns[0] || !peer_ns[1]) die("out of memory");
+    for (int r = 0; r < cfg->rounds; r++) {
+        /* The text cases right after the peer's text pass, the split ones
+         * after its split pass. */
+        for (int by_str = 1; by_str >= 0; by_str--) {
+            if (have_peer) peer_ns[by_str][r] = peer_pass(by_str ? &by_string : &by_msgid);
+            for (size_t c = 0; c < NCASES; c++) {
+                if (cases[c].by_string != by_str) continue;
+                size_t d;
+                ns[r][c] = run_once(&s, cases[c].form, cases[c].flags, &d);
+                if (d != dups[c])
+                    die("%s found %zu duplicates, then %zu", cases[c].name, dups[c], d);
+            }
+        }
+    }
+    for (size_t c = 0; c < NCASES; c++)
+        printf("%s%s: %zu duplicates in every round", c ? ", " : "acemq ", cases[c].name, dups[c]);
+    printf("\n");
+    if (have_peer) {
+        peer_end(&by_string);
+        peer_end(&by_msgid);
+    }
+    bench_header();
+    double *col = xmalloc((size_t)cfg->rounds * sizeof *col);
+    for (size_t c = 0; c < NCASES; c++) {
+        for (int r = 0; r < cfg->rounds; r++)
+            col[r] = ns[r][c];
+        report(out, prefix, &cases[c], col, have_peer ? peer_ns[cases[c].by_string] : NULL,
+               cfg->rounds, has_target);
+    }
+    free(col);
+    free(ns);
+    free(peer_ns[0]);
+    free(peer_ns[1]);
+    unload(&s);
+}
+
+/* Runs gen_audit_stream with args into a fresh temporary file, named in tmp. */
+static void generate(const char *gen, const char *args, char *tmp)
+{
+    int fd = mkstemp(tmp);
+    if (fd < 0) die("mkstemp: %s", strerror(errno));
+    close(fd);
+    char cmd[4096];
+    int n = snprintf(cmd, sizeof cmd, "'%s' %s --out '%s' 2>/dev/null", gen, args, tmp);
+    if (n < 0 || (size_t)n >= sizeof cmd) die("generator command too long");
+    if (system(cmd) != 0) die("%s %s failed", gen, args);
 }
 
 static void usage(const char *why)
 {
     if (why) fprintf(stderr, "bench_audit: %s\n", why);
-    fputs("usage: bench_audit [--gen PATH | --stream FILE] [--out FILE] [--rounds N] [--no-peer]\n"
-          "  --gen PATH     gen_audit_stream, run with its defaults (issue 3's stream)\n"
-          "  --stream FILE  an existing stream of ids instead\n"
+    fputs("usage: bench_audit [--gen PATH | --stream FILE] [--out FILE] [--rounds N]\n"
+          "                   [--peer PATH | --no-peer]\n"
+          "  --gen PATH     gen_audit_stream: the broker/ stream (--broker) and short/\n"
+          "                 (its defaults, issue 3's stream)\n"
+          "  --stream FILE  an existing stream of ids instead (cases stream/)\n"
           "  --out FILE     append JSON lines here (default bench/results/latest.jsonl)\n"
           "  --rounds N     rounds, each one timed pass of every case and of the peer;\n"
           "                 medians are reported (default 11)\n"
@@ -456,109 +483,23 @@ int main(int argc, char **argv)
     if (!cfg.gen == !cfg.stream) usage("give --gen or --stream");
     /* A peer that dies must be an error message, not a signal. */
     if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) die("signal: %s", strerror(errno));
-
-    char tmp[] = "/tmp/acemq-audit-stream.XXXXXX";
-    const char *path = cfg.stream;
-    if (cfg.gen) {
-        int fd = mkstemp(tmp);
-        if (fd < 0) die("mkstemp: %s", strerror(errno));
-        close(fd);
-        check_quotable(cfg.gen);
-        char cmd[4096];
-        int n = snprintf(cmd, sizeof cmd, "'%s' --out '%s' 2>/dev/null", cfg.gen, tmp);
-        if (n < 0 || (size_t)n >= sizeof cmd) die("generator command too long");
-        if (system(cmd) != 0) die("%s failed", cfg.gen);
-        path = tmp;
-    }
-
-    stream s;
-    load(&s, path);
     FILE *out = fopen(cfg.out_path, "a");
     if (!out) die("%s: %s", cfg.out_path, strerror(errno));
-
-    /* The peers load the stream and warm up while nothing is timed. */
-    peer by_string = {0}, by_msgid = {0};
-    int have_peer = 0;
-    if (!cfg.no_peer) {
-        peer_start(&by_string, cfg.peer, "string", path);
-        peer_start(&by_msgid, cfg.peer, "messageid", path);
-        peer_wait_ready(&by_string);
-        peer_wait_ready(&by_msgid);
-        have_peer = by_string.running && by_msgid.running;
-        if (!have_peer) {
-            peer_end(&by_string);
-            peer_end(&by_msgid);
-            printf("ActiveMQ peer skipped: Java or ActiveMQ's jars are not installed "
-                   "(bench/peers/activemq-peer.sh exited %d)\n",
-                   PEER_SKIPPED);
-        }
+    printf("message audit: ns per id, one thread; %s\n",
+           cfg.no_peer ? "ActiveMQ peer skipped: --no-peer" : "beside ActiveMQ's audit");
+    if (cfg.stream) {
+        bench_stream(&cfg, out, cfg.stream, "stream", cfg.stream, 1);
     } else {
-        printf("ActiveMQ peer skipped: --no-peer\n");
-    }
-
-    printf("message audit: %zu ids from %s; %d rounds, each one pass of every case and of the "
-           "peer, in turn; ns per id, one thread\n",
-           s.n, cfg.gen ? "gen_audit_stream (issue 3's stream)" : path, cfg.rounds);
-    size_t dups = 0;
-    for (size_t c = 0; c < NCASES; c++) { /* acemq's warm-up pass */
-        size_t d;
-        (void)run_once(&s, cases[c].form, cases[c].flags, &d);
-        if (c == 0) dups = d;
-        if (d != dups)
-            die("%s found %zu duplicates, %s %zu", cases[c].name, d, cases[0].name, dups);
-    }
-    double(*ns)[NCASES] = calloc((size_t)cfg.rounds, sizeof *ns);
-    double *peer_string = calloc((size_t)cfg.rounds, sizeof *peer_string);
-    double *peer_msgid = calloc((size_t)cfg.rounds, sizeof *peer_msgid);
-    if (!ns || !peer_string || !peer_msgid) die("out of memory");
-    for (int r = 0; r < cfg.rounds; r++) {
-        /* The text cases right after the peer's text pass, the split ones
-         * after its split pass. */
-        for (int by_str = 1; by_str >= 0; by_str--) {
-            if (have_peer)
-                (by_str ? peer_string : peer_msgid)[r] = peer_pass(by_str ? &by_string : &by_msgid);
-            for (size_t c = 0; c < NCASES; c++) {
-                if (cases[c].by_string != by_str) continue;
-                size_t d;
-                ns[r][c] = run_once(&s, cases[c].form, cases[c].flags, &d);
-                if (d != dups)
-                    die("%s found %zu duplicates, %s %zu", cases[c].name, d, cases[0].name, dups);
-            }
-        }
-    }
-    printf("acemq: %zu duplicates found by every case in every round\n", dups);
-    if (have_peer) {
-        peer_end(&by_string);
-        peer_end(&by_msgid);
-    }
-
-    printf("\n%-27s %10s  %-22s %10s %9s  %s\n", "case", "acemq ns", "peer", "peer ns", "ratio",
-           "ratio >= 10");
-    double *col = xmalloc((size_t)cfg.rounds * sizeof *col);
-    for (size_t c = 0; c < NCASES; c++) {
-        for (int r = 0; r < cfg.rounds; r++)
-            col[r] = ns[r][c];
-        report(out, &cases[c], col,
-               have_peer ? (cases[c].by_string ? peer_string : peer_msgid) : NULL, cfg.rounds,
-               cfg.no_peer);
+        check_quotable(cfg.gen);
+        char broker[] = "/tmp/acemq-audit-broker.XXXXXX", plain[] = "/tmp/acemq-audit-short.XXXXXX";
+        generate(cfg.gen, "--broker", broker);
+        bench_stream(&cfg, out, broker, "broker", "gen_audit_stream --broker", 1);
+        unlink(broker);
+        generate(cfg.gen, "", plain);
+        bench_stream(&cfg, out, plain, "short", "gen_audit_stream (issue 3's stream)", 0);
+        unlink(plain);
     }
     printf("(medians over the rounds; ratio: the median of the rounds' peer/acemq)\n");
-    free(col);
-    free(ns);
-    free(peer_string);
-    free(peer_msgid);
-
     if (fclose(out) != 0) die("%s: %s", cfg.out_path, strerror(errno));
-    if (cfg.gen) unlink(tmp);
-    free(s.text);
-    free(s.id);
-    free(s.id_len);
-    free(s.producer);
-    free(s.producer_len);
-    free(s.seq);
-    for (size_t i = 0; i < s.ncopies; i++)
-        free(s.copies[i]);
-    free(s.copies);
-    free(s.interned);
     return 0;
 }

@@ -2,6 +2,11 @@
  * each beside a peer that does the same writes on the same ids in the same run,
  * so the ratio still means something on a noisy machine.
  *
+ * Ids are what producers send: 36-byte UUID text (random, version 4), made
+ * before the clock starts. The memory store's target (>= 5,000,000 pairs/s on
+ * one thread) is judged on them; memory/short/1t runs the same path on 14-byte
+ * ids ("order-00000042") beside it, without a target.
+ *
  * Peers: for the memory store, a real Redis on loopback doing SET NX / SET per id
  * through hiredis (what people reach for instead of an in-process store); for the
  * SQLite store, raw sqlite3 calls with the same table, journal mode, synchronous
@@ -13,6 +18,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +37,7 @@
 #endif
 
 #define MAX_THREADS 2
-#define ID_STRIDE 16 /* "order-%08d" is 14 bytes; the rest keeps ids aligned */
-#define ID_LEN 14
-#define MAX_IDS 100000000u /* %08d stays 8 digits below this */
+#define MAX_IDS 100000000u /* "order-%08zu" stays 14 bytes below this */
 #define MEMORY_TARGET 5e6  /* pairs/s, one thread */
 #define SQLITE_TARGET 0.5  /* acemq / raw */
 /* Redis answers one request per round trip (~20-50k/s on loopback), so its runs
@@ -53,14 +57,61 @@ typedef struct config {
     int reps;       /* runs per measurement; the median is reported */
     int redis_port;
     int no_redis;
-    size_t ids_override; /* --ids: memory ids per run */
 } config;
 
-static char *g_ids; /* ids[i] at g_ids + i * ID_STRIDE */
+/* n ids of len bytes each, id i at buf + i * stride. */
+typedef struct idset {
+    char *buf;
+    size_t n, len, stride;
+} idset;
 
-static const char *id_at(size_t i)
+static const char *id_at(const idset *s, size_t i)
 {
-    return g_ids + i * ID_STRIDE;
+    return s->buf + i * s->stride;
+}
+
+static void idset_alloc(idset *s, size_t n, size_t len)
+{
+    s->n = n;
+    s->len = len;
+    s->stride = (len + 1 + 7) & ~(size_t)7; /* room for snprintf's NUL, aligned */
+    s->buf = malloc(n * s->stride);
+    if (!s->buf) die("out of memory for %zu ids", n);
+}
+
+/* splitmix64: fixed seed, so every run claims the same ids. */
+static uint64_t next_random(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* Random UUIDv4 text, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx". */
+static void make_uuid_ids(idset *s, size_t n)
+{
+    idset_alloc(s, n, 36);
+    uint64_t seed = 42;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t hi = next_random(&seed), lo = next_random(&seed);
+        hi = (hi & ~(uint64_t)0xf000) | 0x4000;
+        lo = (lo & ~((uint64_t)3 << 62)) | ((uint64_t)2 << 62);
+        int len =
+            snprintf(s->buf + i * s->stride, s->stride, "%08x-%04x-%04x-%04x-%012llx",
+                     (unsigned)(hi >> 32), (unsigned)(hi >> 16) & 0xffff, (unsigned)hi & 0xffff,
+                     (unsigned)(lo >> 48), (unsigned long long)(lo & 0xffffffffffffu));
+        if (len != 36) die("uuid text of %d bytes", len);
+    }
+}
+
+static void make_short_ids(idset *s, size_t n)
+{
+    if (n >= MAX_IDS) die("too many short ids: %zu", n);
+    idset_alloc(s, n, 14);
+    for (size_t i = 0; i < n; i++)
+        if (snprintf(s->buf + i * s->stride, s->stride, "order-%08zu", i) != 14)
+            die("short id %zu", i);
 }
 
 /* The raw peer reads wall-clock time per write, as acemq's system clock does. */
@@ -71,19 +122,6 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int make_ids(size_t n)
-{
-    if (n >= MAX_IDS) return -1;
-    g_ids = malloc(n * ID_STRIDE);
-    if (!g_ids) return -1;
-    for (size_t i = 0; i < n; i++) {
-        char *p = g_ids + i * ID_STRIDE;
-        int len = snprintf(p, ID_STRIDE, "order-%08zu", i);
-        if (len != ID_LEN) return -1;
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------------- threads */
 
 /* One thread's share of a run: ids [lo, hi), stopping early at the deadline
@@ -91,6 +129,7 @@ static int make_ids(size_t n)
 typedef struct worker {
     int (*run)(struct worker *w);
     void *ctx;
+    const idset *ids;
     size_t lo, hi;
     double seconds; /* 0: no deadline, do the whole range */
     double deadline;
@@ -155,18 +194,18 @@ static double run_workers(worker *ws, int n)
         if (ws[t].t_start < first) first = ws[t].t_start;
         if (ws[t].t_end > last) last = ws[t].t_end;
     }
-    double elapsed = last - first;
     rc = pthread_barrier_destroy(&gate);
     if (rc != 0) die("pthread_barrier_destroy: %s", strerror(rc));
     for (int t = 0; t < n; t++)
         if (ws[t].err[0]) die("thread %d: %s", t, ws[t].err);
-    return elapsed;
+    return last - first;
 }
 
-/* Splits [0, n) into contiguous shares, one per thread. */
-static void split(worker *ws, int threads, size_t n, double seconds)
+/* Splits ids [0, n) into contiguous shares, one per thread. */
+static void split(worker *ws, int threads, const idset *ids, size_t n, double seconds)
 {
     for (int t = 0; t < threads; t++) {
+        ws[t].ids = ids;
         ws[t].lo = n * (size_t)t / (size_t)threads;
         ws[t].hi = n * (size_t)(t + 1) / (size_t)threads;
         ws[t].seconds = seconds;
@@ -197,16 +236,19 @@ static double least_share(const worker *ws, int n)
 static int acemq_pairs(worker *w)
 {
     acemq_idem *h = w->ctx;
+    const idset *ids = w->ids;
+    int len = (int)ids->len;
     for (size_t i = w->lo; i < w->hi; i++) {
         if (w->deadline > 0 && mono_now() >= w->deadline) break;
         acemq_claim c;
-        int rc = acemq_idem_try_claim(h, id_at(i), ID_LEN, NULL, &c);
+        const char *id = id_at(ids, i);
+        int rc = acemq_idem_try_claim(h, id, ids->len, NULL, &c);
         if (rc != ACEMQ_CLAIMED)
-            return worker_fail(w, "try_claim(%.*s) = %s: %s", ID_LEN, id_at(i),
-                               acemq_claim_status_name(rc), acemq_idem_errmsg(h));
-        rc = acemq_idem_confirm(h, id_at(i), ID_LEN, c.token);
+            return worker_fail(w, "try_claim(%.*s) = %s: %s", len, id, acemq_claim_status_name(rc),
+                               acemq_idem_errmsg(h));
+        rc = acemq_idem_confirm(h, id, ids->len, c.token);
         if (rc != 0)
-            return worker_fail(w, "confirm(%.*s) = %s: %s", ID_LEN, id_at(i), acemq_err_name(rc),
+            return worker_fail(w, "confirm(%.*s) = %s: %s", len, id, acemq_err_name(rc),
                                acemq_idem_errmsg(h));
         w->done++;
     }
@@ -221,6 +263,8 @@ static int acemq_pairs(worker *w)
 static int acemq_batch_pairs(worker *w)
 {
     acemq_idem *h = w->ctx;
+    const idset *ids = w->ids;
+    int len = (int)ids->len;
     acemq_idem_key keys[CLAIM_BATCH];
     acemq_claim c[CLAIM_BATCH];
     int st[CLAIM_BATCH];
@@ -228,22 +272,22 @@ static int acemq_batch_pairs(worker *w)
         if (w->deadline > 0 && mono_now() >= w->deadline) break;
         size_t k = w->hi - lo < CLAIM_BATCH ? w->hi - lo : CLAIM_BATCH;
         for (size_t j = 0; j < k; j++) {
-            keys[j].id = id_at(lo + j);
-            keys[j].id_len = ID_LEN;
+            keys[j].id = id_at(ids, lo + j);
+            keys[j].id_len = ids->len;
         }
         int rc = acemq_idem_try_claim_many(h, k, keys, NULL, c, st);
         if (rc != (int)k) {
             for (size_t j = 0; j < k; j++)
                 if (st[j] != ACEMQ_CLAIMED)
-                    return worker_fail(w, "try_claim_many: %.*s = %s: %s", ID_LEN, id_at(lo + j),
+                    return worker_fail(w, "try_claim_many: %.*s = %s: %s", len, id_at(ids, lo + j),
                                        acemq_claim_status_name(st[j]), acemq_idem_errmsg(h));
             return worker_fail(w, "try_claim_many = %s: %s", acemq_claim_status_name(rc),
                                acemq_idem_errmsg(h));
         }
         for (size_t j = 0; j < k; j++) {
-            rc = acemq_idem_confirm(h, id_at(lo + j), ID_LEN, c[j].token);
+            rc = acemq_idem_confirm(h, id_at(ids, lo + j), ids->len, c[j].token);
             if (rc != 0)
-                return worker_fail(w, "confirm(%.*s) = %s: %s", ID_LEN, id_at(lo + j),
+                return worker_fail(w, "confirm(%.*s) = %s: %s", len, id_at(ids, lo + j),
                                    acemq_err_name(rc), acemq_idem_errmsg(h));
         }
         w->done += k;
@@ -251,15 +295,9 @@ static int acemq_batch_pairs(worker *w)
     return 0;
 }
 
-static void open_idem(acemq_idem **h, const char *url, const acemq_idem_options *o)
-{
-    int rc = acemq_idem_open(h, url, o);
-    if (rc != 0) die("acemq_idem_open(%s): %s", url, acemq_strerror(rc));
-}
-
 /* The store must have counted exactly the pairs we timed, or the figure
  * measured something other than claim+confirm. */
-static void check_stats(acemq_idem **hs, int nh, size_t done, uint64_t claimed0, uint64_t confirms0)
+static void check_stats(acemq_idem **hs, int nh, size_t done)
 {
     uint64_t claimed = 0, confirms = 0;
     for (int i = 0; i < nh; i++) {
@@ -269,48 +307,26 @@ static void check_stats(acemq_idem **hs, int nh, size_t done, uint64_t claimed0,
         claimed += st.claimed;
         confirms += st.confirms;
     }
-    claimed -= claimed0;
-    confirms -= confirms0;
     if (claimed != done || confirms != done)
         die("store counted %llu claims and %llu confirms for %zu timed pairs",
             (unsigned long long)claimed, (unsigned long long)confirms, done);
 }
 
-/* Claims ids [0, n), then releases them all, before the clock starts: the
- * store's tables have then grown to hold n ids and its records (now on its
- * free lists) are faulted in, and the timed run claims the same ids anew, as
- * new ids, since a released id is forgotten. Returns the claims it made, for
- * check_stats. */
-static uint64_t warm_up(acemq_idem *h, size_t n)
-{
-    uint64_t *tokens = malloc(n * sizeof *tokens);
-    if (!tokens) die("out of memory");
-    for (size_t i = 0; i < n; i++) {
-        acemq_claim c;
-        int rc = acemq_idem_try_claim(h, id_at(i), ID_LEN, NULL, &c);
-        if (rc != ACEMQ_CLAIMED) die("warm-up try_claim: %s", acemq_claim_status_name(rc));
-        tokens[i] = c.token;
-    }
-    for (size_t i = 0; i < n; i++) {
-        int rc = acemq_idem_release(h, id_at(i), ID_LEN, tokens[i]);
-        if (rc != 0) die("warm-up release: %s", acemq_err_name(rc));
-    }
-    free(tokens);
-    return n;
-}
-
-static double acemq_run_with(int (*run)(worker *), int warm, const char *url,
-                             const acemq_idem_options *o, int threads, int shared, size_t n,
-                             double seconds, double *share)
+/* One run of pairs on fresh handles: one handle shared by the threads
+ * (shared), or one per thread. Returns pairs/s; *share as least_share. */
+static double acemq_run(int (*run)(worker *), const char *url, const acemq_idem_options *o,
+                        int threads, int shared, const idset *ids, size_t n, double seconds,
+                        double *share)
 {
     acemq_idem *hs[MAX_THREADS] = {NULL};
     int nh = shared ? 1 : threads;
-    for (int i = 0; i < nh; i++)
-        open_idem(&hs[i], url, o);
-    uint64_t claimed0 = warm && nh == 1 ? warm_up(hs[0], n) : 0;
+    for (int i = 0; i < nh; i++) {
+        int rc = acemq_idem_open(&hs[i], url, o);
+        if (rc != 0) die("acemq_idem_open(%s): %s", url, acemq_strerror(rc));
+    }
     worker ws[MAX_THREADS];
     memset(ws, 0, sizeof ws);
-    split(ws, threads, n, seconds);
+    split(ws, threads, ids, n, seconds);
     for (int t = 0; t < threads; t++) {
         ws[t].run = run;
         ws[t].ctx = hs[shared ? 0 : t];
@@ -318,17 +334,11 @@ static double acemq_run_with(int (*run)(worker *), int warm, const char *url,
     double elapsed = run_workers(ws, threads);
     size_t done = total_done(ws, threads);
     *share = least_share(ws, threads);
-    check_stats(hs, nh, done, claimed0, 0);
+    check_stats(hs, nh, done);
     for (int i = 0; i < nh; i++)
         acemq_idem_close(hs[i]);
     if (done == 0) die("%s: no pair completed in %.2f s", url, elapsed);
     return (double)done / elapsed;
-}
-
-static double acemq_run(const char *url, const acemq_idem_options *o, int threads, int shared,
-                        size_t n, double seconds, double *share)
-{
-    return acemq_run_with(acemq_pairs, 0, url, o, threads, shared, n, seconds, share);
 }
 
 /* -------------------------------------------------------------- raw sqlite */
@@ -423,35 +433,37 @@ static int raw_step(worker *w, sqlite3 *db, sqlite3_stmt *st, const char *what)
 static int raw_pairs(worker *w)
 {
     raw_conn *c = w->ctx;
+    int len = (int)w->ids->len;
     for (size_t i = w->lo; i < w->hi; i++) {
         if (w->deadline > 0 && mono_now() >= w->deadline) break;
+        const char *id = id_at(w->ids, i);
         uint64_t token = c->next_token++;
-        if (sqlite3_bind_blob(c->claim, 1, id_at(i), ID_LEN, SQLITE_STATIC) != SQLITE_OK ||
+        if (sqlite3_bind_blob(c->claim, 1, id, len, SQLITE_STATIC) != SQLITE_OK ||
             sqlite3_bind_int64(c->claim, 2, (sqlite3_int64)token) != SQLITE_OK ||
             sqlite3_bind_int64(c->claim, 3, wall_ms() + LEASE_MS) != SQLITE_OK)
             return worker_fail(w, "bind(claim): %s", sqlite3_errmsg(c->db));
         int n = raw_step(w, c->db, c->claim, "claim");
         if (n < 0) return -1;
-        if (n != 1) return worker_fail(w, "claim(%.*s) inserted %d rows", ID_LEN, id_at(i), n);
+        if (n != 1) return worker_fail(w, "claim(%.*s) inserted %d rows", len, id, n);
         if (sqlite3_bind_int64(c->confirm, 1, wall_ms() + RETENTION_MS) != SQLITE_OK ||
-            sqlite3_bind_blob(c->confirm, 2, id_at(i), ID_LEN, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_blob(c->confirm, 2, id, len, SQLITE_STATIC) != SQLITE_OK ||
             sqlite3_bind_int64(c->confirm, 3, (sqlite3_int64)token) != SQLITE_OK)
             return worker_fail(w, "bind(confirm): %s", sqlite3_errmsg(c->db));
         n = raw_step(w, c->db, c->confirm, "confirm");
         if (n < 0) return -1;
-        if (n != 1) return worker_fail(w, "confirm(%.*s) updated %d rows", ID_LEN, id_at(i), n);
+        if (n != 1) return worker_fail(w, "confirm(%.*s) updated %d rows", len, id, n);
         w->done++;
     }
     return 0;
 }
 
-static double raw_run(const char *path, int sync_full, int threads, size_t n, double seconds,
-                      double *share)
+static double raw_run(const char *path, int sync_full, int threads, const idset *ids, size_t n,
+                      double seconds, double *share)
 {
     raw_conn conns[MAX_THREADS];
     worker ws[MAX_THREADS];
     memset(ws, 0, sizeof ws);
-    split(ws, threads, n, seconds);
+    split(ws, threads, ids, n, seconds);
     for (int t = 0; t < threads; t++) {
         /* Disjoint token ranges: the ids are disjoint too, but a token is
          * meant to be unique in the table, as acemq's are. */
@@ -573,7 +585,7 @@ static void redis_finish(redis_peer *p)
 
 /* Deletes ids [0, n) in batches, so a run starts on keys nobody holds and the
  * bench leaves nothing behind in a server it may not own. */
-static void redis_del(redisContext *c, size_t n)
+static void redis_del(redisContext *c, const idset *ids, size_t n)
 {
     enum { BATCH = 1000 };
     const char *argv[BATCH + 1];
@@ -583,8 +595,8 @@ static void redis_del(redisContext *c, size_t n)
     for (size_t lo = 0; lo < n; lo += BATCH) {
         size_t k = n - lo < BATCH ? n - lo : BATCH;
         for (size_t j = 0; j < k; j++) {
-            argv[j + 1] = id_at(lo + j);
-            lens[j + 1] = ID_LEN;
+            argv[j + 1] = id_at(ids, lo + j);
+            lens[j + 1] = ids->len;
         }
         redisReply *r = redisCommandArgv(c, (int)k + 1, argv, lens);
         if (!r) die("redis DEL: %s", c->errstr);
@@ -596,12 +608,14 @@ static void redis_del(redisContext *c, size_t n)
 
 static int redis_ok(worker *w, redisContext *c, redisReply *r, const char *what, size_t i)
 {
-    if (!r) return worker_fail(w, "redis %s(%.*s): %s", what, ID_LEN, id_at(i), c->errstr);
+    int len = (int)w->ids->len;
+    const char *id = id_at(w->ids, i);
+    if (!r) return worker_fail(w, "redis %s(%.*s): %s", what, len, id, c->errstr);
     int ok = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
     if (!ok) {
         const char *why = r->str ? r->str : "";
         if (r->type == REDIS_REPLY_NIL) why = "key already held";
-        worker_fail(w, "redis %s(%.*s): reply type %d (%s)", what, ID_LEN, id_at(i), r->type, why);
+        worker_fail(w, "redis %s(%.*s): reply type %d (%s)", what, len, id, r->type, why);
     }
     freeReplyObject(r);
     return ok ? 0 : -1;
@@ -615,9 +629,10 @@ static int redis_pairs(worker *w)
     redisContext *c = w->ctx;
     for (size_t i = w->lo; i < w->hi; i++) {
         if (w->deadline > 0 && mono_now() >= w->deadline) break;
-        redisReply *r = redisCommand(c, "SET %b claimed NX PX 30000", id_at(i), (size_t)ID_LEN);
+        redisReply *r =
+            redisCommand(c, "SET %b claimed NX PX 30000", id_at(w->ids, i), w->ids->len);
         if (redis_ok(w, c, r, "SET NX", i) != 0) return -1;
-        r = redisCommand(c, "SET %b confirmed PX 604800000", id_at(i), (size_t)ID_LEN);
+        r = redisCommand(c, "SET %b confirmed PX 604800000", id_at(w->ids, i), w->ids->len);
         if (redis_ok(w, c, r, "SET", i) != 0) return -1;
         w->done++;
     }
@@ -636,9 +651,9 @@ static int redis_pipelined_pairs(worker *w)
         for (int step = 0; step < 2; step++) {
             for (size_t j = 0; j < k; j++) {
                 int rc = step == 0 ? redisAppendCommand(c, "SET %b claimed NX PX 30000",
-                                                        id_at(lo + j), (size_t)ID_LEN)
+                                                        id_at(w->ids, lo + j), w->ids->len)
                                    : redisAppendCommand(c, "SET %b confirmed PX 604800000",
-                                                        id_at(lo + j), (size_t)ID_LEN);
+                                                        id_at(w->ids, lo + j), w->ids->len);
                 if (rc != REDIS_OK) return worker_fail(w, "redis append: %s", c->errstr);
             }
             for (size_t j = 0; j < k; j++) {
@@ -652,16 +667,16 @@ static int redis_pipelined_pairs(worker *w)
     return 0;
 }
 
-static double redis_run(redis_peer *p, int pipelined, size_t n, double seconds)
+static double redis_run(redis_peer *p, int pipelined, const idset *ids, size_t n, double seconds)
 {
-    redis_del(p->rc, n);
+    redis_del(p->rc, ids, n);
     worker w;
     memset(&w, 0, sizeof w);
-    split(&w, 1, n, seconds);
+    split(&w, 1, ids, n, seconds);
     w.run = pipelined ? redis_pipelined_pairs : redis_pairs;
     w.ctx = p->rc;
     double elapsed = run_workers(&w, 1);
-    redis_del(p->rc, w.done);
+    redis_del(p->rc, ids, w.done);
     if (w.done == 0) die("redis: no pair completed in %.2f s", elapsed);
     return (double)w.done / elapsed;
 }
@@ -678,258 +693,116 @@ static void redis_finish(redis_peer *p)
     (void)p;
 }
 
-static double redis_run(redis_peer *p, int pipelined, size_t n, double seconds)
+static double redis_run(redis_peer *p, int pipelined, const idset *ids, size_t n, double seconds)
 {
     (void)p;
     (void)pipelined;
+    (void)ids;
     (void)n;
     (void)seconds;
     return 0;
 }
 #endif
 
-/* ----------------------------------------------------------------- output */
-
-typedef struct result {
-    char name[64]; /* "memory/1t", "sqlite/full/2t" */
-    const char *backend;
-    int threads;
-    const char *sync; /* "-" for memory */
-    double value;
-    const char *peer;
-    double peer_value;  /* 0: peer not measured */
-    const char *target; /* human text, "-" when none */
-    int target_met;     /* 1 yes, 0 no, -1 no target or no peer */
-} result;
-
-static void print_header(void)
-{
-    printf("\n%-25s %-7s %3s %-6s %14s  %-26s %14s %9s  %-16s %s\n", "case", "backend", "thr",
-           "sync", "acemq pairs/s", "peer", "peer pairs/s", "ratio", "target", "met");
-}
-
-static void fmt_rate(char *buf, size_t cap, double v)
-{
-    if (v <= 0) {
-        snprintf(buf, cap, "-");
-        return;
-    }
-    /* Thousands separators by hand: the "'" printf flag is not C11. */
-    unsigned long long x = (unsigned long long)(v + 0.5);
-    char digits[32];
-    int n = snprintf(digits, sizeof digits, "%llu", x);
-    size_t o = 0;
-    for (int i = 0; i < n && o + 2 < cap; i++) {
-        if (i > 0 && (n - i) % 3 == 0) buf[o++] = ',';
-        buf[o++] = digits[i];
-    }
-    buf[o] = '\0';
-}
-
-static const char *met_text(int met, const char *yes, const char *no, const char *none)
-{
-    if (met < 0) return none;
-    return met ? yes : no;
-}
-
-static void report(FILE *out, const result *r)
-{
-    char v[32], pv[32], ratio[32];
-    fmt_rate(v, sizeof v, r->value);
-    fmt_rate(pv, sizeof pv, r->peer_value);
-    if (r->peer_value > 0)
-        snprintf(ratio, sizeof ratio, "%.3f", r->value / r->peer_value);
-    else
-        snprintf(ratio, sizeof ratio, "-");
-    printf("%-25s %-7s %3d %-6s %14s  %-26s %14s %9s  %-16s %s\n", r->name, r->backend, r->threads,
-           r->sync, v, r->peer, pv, ratio, r->target, met_text(r->target_met, "yes", "NO", "-"));
-    fflush(stdout);
-
-    if (r->peer_value > 0)
-        fprintf(out,
-                "{\"bench\":\"idem\",\"case\":\"%s\",\"value\":%.0f,\"unit\":\"pairs/s\","
-                "\"peer\":\"%s\",\"peer_value\":%.0f,\"ratio\":%.4f,\"target\":\"%s\","
-                "\"target_met\":%s}\n",
-                r->name, r->value, r->peer, r->peer_value, r->value / r->peer_value, r->target,
-                met_text(r->target_met, "true", "false", "null"));
-    else
-        fprintf(out,
-                "{\"bench\":\"idem\",\"case\":\"%s\",\"value\":%.0f,\"unit\":\"pairs/s\","
-                "\"peer\":\"%s\",\"peer_value\":null,\"ratio\":null,\"target\":\"%s\","
-                "\"target_met\":%s}\n",
-                r->name, r->value, r->peer, r->target,
-                met_text(r->target_met, "true", "false", "null"));
-    if (fflush(out) != 0) die("writing results: %s", strerror(errno));
-}
-
 /* ------------------------------------------------------------------ cases */
 
-/* The memory store's floor on a cold table: one dependent random read in a
- * region as large as the store's index. A claim of a new id must make at
- * least one such read, so no hash table on this machine claims cold ids
- * faster than 1 / this. Printed beside the figures so they can be read. */
-static double random_read_ns(size_t bytes)
-{
-    size_t n = bytes / sizeof(size_t);
-    size_t *next = malloc(n * sizeof *next);
-    if (!next) die("out of memory");
-    /* Sattolo's shuffle: one cycle through every cell, so each read depends
-     * on the last and the prefetcher cannot guess. */
-    for (size_t i = 0; i < n; i++)
-        next[i] = i;
-    uint64_t x = 88172645463325252ULL;
-    for (size_t i = n - 1; i > 0; i--) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        size_t j = (size_t)(x % i), t = next[i];
-        next[i] = next[j];
-        next[j] = t;
-    }
-    enum { READS = 2000000 };
-    size_t at = 0;
-    double t0 = mono_now();
-    for (int k = 0; k < READS; k++)
-        at = next[at];
-    double ns = (mono_now() - t0) * 1e9 / READS;
-    free(next);
-    return at == (size_t)-1 ? 0 : ns; /* use `at` so the loop stays */
-}
-
-/* The memory cases. All claim and confirm the same cfg->mem_ids new ids, on
- * a store with room for every id (so nothing is evicted and the figure is
- * the claim+confirm path alone) unless the case says otherwise:
- *  - batch16: claimed CLAIM_BATCH at a time through try_claim_many (which
- *    prefetches the slots of a batch before it probes any), each batch then
- *    confirmed one id at a time;
- *  - warm: on a store that claimed and released those ids before the clock
- *    started, so its tables have grown and its memory is faulted in: the
- *    code without the cost of growing a fresh store (no target: the target
- *    is the fresh store's);
- *  - presize: a fresh store opened with presize=1, its tables sized for
- *    max_entries at open, so that it never rehashes, and they and its
- *    records faulted in there, before the clock starts;
+/* The memory cases. Each claims and confirms cfg->mem_ids new ids on a fresh
+ * store with room for every id (so nothing is evicted and the figure is the
+ * claim+confirm path alone) unless max_entries says otherwise:
+ *  - batch16: claimed CLAIM_BATCH at a time through try_claim_many, each
+ *    batch then confirmed one id at a time;
  *  - window4k: a full store in steady state, 4,096 entries (a pre-filter's
- *    window), every claim evicting the oldest confirmation; slots and
- *    entries stay within one core's L2 (512 KiB here), so this is the path without
- *    the cold read that memory/1t pays for every new id. */
+ *    window), every claim evicting the oldest confirmation. */
 typedef struct memory_case {
     const char *name;
-    int threads, batch, warm, presize;
     size_t max_entries; /* 0: room for every id */
-    int has_target;
+    int uuid;           /* 1: UUID text ids; 0: the short ids */
+    int threads, batch, has_target;
 } memory_case;
 
 static const memory_case memory_cases[] = {
-    {"memory/1t", 1, 0, 0, 0, 0, 1},
-    {"memory/warm/1t", 1, 0, 1, 0, 0, 0},
-    {"memory/2t", 2, 0, 0, 0, 0, 0},
-    {"memory/batch16/1t", 1, 1, 0, 0, 0, 1},
-    {"memory/batch16/warm/1t", 1, 1, 1, 0, 0, 0},
-    {"memory/presize/1t", 1, 0, 0, 1, 0, 1},
-    {"memory/presize/batch16/1t", 1, 1, 0, 1, 0, 1},
-    {"memory/window4k/1t", 1, 0, 0, 0, 4096, 1},
+    /* name, max_entries, uuid, threads, batch, has_target */
+    {"memory/uuid/1t", 0, 1, 1, 0, 1},         {"memory/uuid/2t", 0, 1, 2, 0, 0},
+    {"memory/uuid/batch16/1t", 0, 1, 1, 1, 1}, {"memory/uuid/window4k/1t", 4096, 1, 1, 0, 1},
+    {"memory/short/1t", 0, 0, 1, 0, 0},
 };
 #define MEMORY_CASES (sizeof memory_cases / sizeof memory_cases[0])
 
-/* The lowest and highest of a case's runs, under its median: on a shared
- * virtual machine one run of the memory cases can be half again as fast
- * as the next (docs/performance.md, "Figures"), and a median alone hides
- * how far they strayed. */
-static void print_spread(const char *name, const double *v, int n)
+/* Redis's figure on one id set, one way (plain or pipelined), measured once
+ * and set beside every memory case on those ids: its client is one thread
+ * either way. */
+typedef struct redis_figures {
+    redis_peer peer;
+    double value[2][2]; /* [uuid][pipelined]; 0: not measured yet */
+} redis_figures;
+
+static double redis_figure(redis_figures *rf, const config *cfg, const idset *ids, int uuid,
+                           int pipelined)
 {
-    double lo = v[0], hi = v[0];
-    for (int i = 1; i < n; i++) {
-        if (v[i] < lo) lo = v[i];
-        if (v[i] > hi) hi = v[i];
-    }
-    char a[32], b[32];
-    fmt_rate(a, sizeof a, lo);
-    fmt_rate(b, sizeof b, hi);
-    printf("  %s: its %d runs ranged from %s to %s pairs/s\n", name, n, a, b);
+    if (!rf->peer.available) return 0;
+    if (rf->value[uuid][pipelined] > 0) return rf->value[uuid][pipelined];
+    size_t n = cfg->mem_ids < REDIS_MAX_IDS ? cfg->mem_ids : REDIS_MAX_IDS;
+    double v[16];
+    for (int r = 0; r < cfg->reps; r++)
+        v[r] = redis_run(&rf->peer, pipelined, ids, n, cfg->seconds);
+    return rf->value[uuid][pipelined] = median(v, cfg->reps);
 }
 
-static void bench_memory(const config *cfg, FILE *out)
+static void bench_memory(const config *cfg, FILE *out, const idset *uuids, const idset *shorts)
 {
-    int any = 0, any_batched = 0;
-    for (size_t k = 0; k < MEMORY_CASES; k++) {
-        int w = bench_wanted(cfg->filter, memory_cases[k].name);
-        any |= w;
-        any_batched |= w && memory_cases[k].batch;
-    }
+    int any = 0;
+    for (size_t k = 0; k < MEMORY_CASES; k++)
+        any |= bench_wanted(cfg->filter, memory_cases[k].name);
     if (!any) return;
-    printf("memory: a dependent random read over 32 MiB costs %.0f ns here; over 1 MiB %.0f ns\n",
-           random_read_ns((size_t)32 << 20), random_read_ns((size_t)1 << 20));
+    redis_figures rf;
+    memset(&rf, 0, sizeof rf);
+    if (cfg->no_redis)
+        snprintf(rf.peer.note, sizeof rf.peer.note, "--no-redis was given");
+    else
+        redis_prepare(&rf.peer, cfg->redis_port);
+    if (!rf.peer.available) printf("note: Redis peer skipped: %s\n", rf.peer.note);
 
-    /* Redis is measured once: its client is one thread either way, and the
-     * same figure stands beside both memory cases. */
-    redis_peer peer;
-    if (cfg->no_redis) {
-        memset(&peer, 0, sizeof peer);
-        snprintf(peer.note, sizeof peer.note, "--no-redis was given");
-    } else {
-        redis_prepare(&peer, cfg->redis_port);
-    }
-    double redis = 0, redis_pipelined = 0;
-    if (peer.available) {
-        size_t n = cfg->mem_ids < REDIS_MAX_IDS ? cfg->mem_ids : REDIS_MAX_IDS;
-        double v[16];
-        for (int r = 0; r < cfg->reps; r++)
-            v[r] = redis_run(&peer, 0, n, cfg->seconds);
-        redis = median(v, cfg->reps);
-        if (any_batched) {
-            for (int r = 0; r < cfg->reps; r++)
-                v[r] = redis_run(&peer, 1, n, cfg->seconds);
-            redis_pipelined = median(v, cfg->reps);
-        }
-    } else {
-        printf("note: Redis peer skipped: %s\n", peer.note);
-    }
-    redis_finish(&peer);
-
-    print_header();
+    bench_header();
     for (size_t k = 0; k < MEMORY_CASES; k++) {
         const memory_case *x = &memory_cases[k];
         if (!bench_wanted(cfg->filter, x->name)) continue;
-        result r;
-        memset(&r, 0, sizeof r);
-        snprintf(r.name, sizeof r.name, "%s", x->name);
+        const idset *ids = x->uuid ? uuids : shorts;
         acemq_idem_options o;
         acemq_idem_options_init(&o);
         o.max_entries = x->max_entries ? x->max_entries : cfg->mem_ids + cfg->mem_ids / 4 + 16;
         double v[16], share;
         for (int rep = 0; rep < cfg->reps; rep++)
-            v[rep] = acemq_run_with(x->batch ? acemq_batch_pairs : acemq_pairs, x->warm,
-                                    x->presize ? "memory:?presize=1" : "memory:", &o, x->threads, 1,
-                                    cfg->mem_ids, 0, &share);
-        r.backend = "memory";
-        r.threads = x->threads;
-        r.sync = "-";
-        r.value = median(v, cfg->reps);
-        if (!peer.available)
-            r.peer = "redis SET NX (skipped)";
-        else
+            v[rep] = acemq_run(x->batch ? acemq_batch_pairs : acemq_pairs, "memory:", &o,
+                               x->threads, 1, ids, cfg->mem_ids, 0, &share);
+        bench_result r = {"idem", x->name, median(v, cfg->reps), "pairs/s", NULL, 0, 0, NULL, 0};
+        r.peer_value = redis_figure(&rf, cfg, ids, x->uuid, x->batch);
+        if (rf.peer.available) {
             r.peer = x->batch ? "redis SET NX x16 pipelined" : "redis SET NX";
-        r.peer_value = x->batch ? redis_pipelined : redis;
-        r.target = x->has_target ? ">= 5,000,000/s" : "-";
-        r.target_met = x->has_target ? r.value >= MEMORY_TARGET : -1;
-        report(out, &r);
-        if (cfg->reps > 1) print_spread(x->name, v, cfg->reps);
+            r.ratio = r.value / r.peer_value;
+        }
+        if (x->has_target) {
+            r.target = ">= 5,000,000 pairs/s";
+            r.target_met = r.value >= MEMORY_TARGET;
+        }
+        bench_report(out, &r);
     }
+    redis_finish(&rf.peer);
 }
 
-static void bench_sqlite(const config *cfg, FILE *out, const char *dir)
+/* The SQLite cases, on UUID ids: synchronous=full and normal, one and two
+ * threads (one connection each), each beside raw sqlite3 doing the same. */
+static void bench_sqlite(const config *cfg, FILE *out, const char *dir, const idset *ids)
 {
     static const int threads[] = {1, 2};
     static const char *const syncs[] = {"full", "normal"};
-    char acemq_path[4096], raw_path[4096], url[4200];
+    char acemq_path[4096], raw_path[4096], url[4200], name[64];
     join_path(acemq_path, sizeof acemq_path, dir, "/idem.db");
     join_path(raw_path, sizeof raw_path, dir, "/raw.db");
     int header = 0;
     for (size_t s = 0; s < 2; s++) {
         for (size_t k = 0; k < 2; k++) {
-            result r;
-            memset(&r, 0, sizeof r);
-            snprintf(r.name, sizeof r.name, "sqlite/%s/%dt", syncs[s], threads[k]);
-            if (!bench_wanted(cfg->filter, r.name)) continue;
+            snprintf(name, sizeof name, "sqlite/%s/%dt", syncs[s], threads[k]);
+            if (!bench_wanted(cfg->filter, name)) continue;
             int len = snprintf(url, sizeof url, "sqlite:%s?synchronous=%s", acemq_path, syncs[s]);
             if (len < 0 || (size_t)len >= sizeof url) die("path too long: %s", acemq_path);
             acemq_idem_options o;
@@ -940,36 +813,38 @@ static void bench_sqlite(const config *cfg, FILE *out, const char *dir)
                 /* Alternate which side goes first, so a machine that slows
                  * down (or warms up) during the case does not favour one. */
                 for (int side = 0; side < 2; side++) {
-                    if ((side ^ rep) & 1) {
-                        remove_db(acemq_path);
-                        a[rep] =
-                            acemq_run(url, &o, threads[k], 0, cfg->sql_ids, cfg->seconds, &share);
+                    const char *path = (side ^ rep) & 1 ? acemq_path : raw_path;
+                    remove_db(path);
+                    if (path == acemq_path) {
+                        a[rep] = acemq_run(acemq_pairs, url, &o, threads[k], 0, ids, cfg->sql_ids,
+                                           cfg->seconds, &share);
                         if (share < a_share) a_share = share;
-                        remove_db(acemq_path);
                     } else {
-                        remove_db(raw_path);
-                        p[rep] = raw_run(raw_path, s == 0, threads[k], cfg->sql_ids, cfg->seconds,
-                                         &share);
+                        p[rep] = raw_run(raw_path, s == 0, threads[k], ids, cfg->sql_ids,
+                                         cfg->seconds, &share);
                         if (share < p_share) p_share = share;
-                        remove_db(raw_path);
                     }
+                    remove_db(path);
                 }
             }
-            r.backend = "sqlite";
-            r.threads = threads[k];
-            r.sync = syncs[s];
-            r.value = median(a, cfg->reps);
-            r.peer = "raw sqlite3";
-            r.peer_value = median(p, cfg->reps);
-            r.target = ">= 0.5 x peer";
+            bench_result r = {"idem",
+                              name,
+                              median(a, cfg->reps),
+                              "pairs/s",
+                              "raw sqlite3",
+                              median(p, cfg->reps),
+                              0,
+                              ">= 0.5 x peer",
+                              0};
+            r.ratio = r.value / r.peer_value;
             r.target_met = r.value >= SQLITE_TARGET * r.peer_value;
-            if (!header) print_header();
+            if (!header) bench_header();
             header = 1;
-            report(out, &r);
+            bench_report(out, &r);
             if (threads[k] > 1)
                 printf("  %s: least-served thread got %.1f%% of the pairs (acemq), %.1f%% (peer); "
                        "worst of %d run%s\n",
-                       r.name, 100 * a_share, 100 * p_share, cfg->reps, cfg->reps == 1 ? "" : "s");
+                       name, 100 * a_share, 100 * p_share, cfg->reps, cfg->reps == 1 ? "" : "s");
         }
     }
 }
@@ -997,7 +872,7 @@ static void usage(FILE *f)
                "  --no-redis     skip the Redis peer (memory cases then have no peer figure)\n"
                "  --out FILE     append JSON lines here (default bench/results/latest.jsonl)\n"
                "  --dir DIR      where the SQLite files go (default a fresh dir in /tmp)\n"
-               "  --filter TEXT  only the cases whose name contains TEXT (e.g. sqlite/normal)\n"
+               "  --filter TEXT  only the cases whose name contains TEXT (e.g. memory/uuid)\n"
                "environment: ACEMQ_REDIS_PORT (default 6390)\n");
 }
 
@@ -1005,6 +880,7 @@ int main(int argc, char **argv)
 {
     bench_name = "bench_idem";
     config cfg = {0};
+    size_t ids_override = 0;
     cfg.out_path = ACEMQ_SOURCE_DIR "/bench/results/latest.jsonl";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -1014,7 +890,7 @@ int main(int argc, char **argv)
             errno = 0;
             unsigned long long n = strtoull(argv[++i], &end, 10);
             if (errno || *end || n == 0 || n >= MAX_IDS) die("--ids wants 1..%u", MAX_IDS - 1);
-            cfg.ids_override = (size_t)n;
+            ids_override = (size_t)n;
         } else if (strcmp(argv[i], "--no-redis") == 0) {
             cfg.no_redis = 1;
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
@@ -1034,7 +910,7 @@ int main(int argc, char **argv)
     /* Full: five runs of each side for a median, because one run in three
      * landing on a neighbour's fsync or compile is common on a shared two-core
      * machine; 1.5 s per time-sized run keeps the whole bench near 90 s. */
-    cfg.mem_ids = cfg.ids_override ? cfg.ids_override : cfg.quick ? 100000 : 1000000;
+    cfg.mem_ids = ids_override ? ids_override : cfg.quick ? 100000 : 1000000;
     cfg.sql_ids = cfg.quick ? 200000 : 2000000;
     cfg.seconds = cfg.quick ? 0.3 : 1.5;
     cfg.reps = cfg.quick ? 1 : 5;
@@ -1046,8 +922,9 @@ int main(int argc, char **argv)
     /* A Redis that goes away mid-run must fail a write, not kill us. */
     if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) die("signal(SIGPIPE): %s", strerror(errno));
 
-    size_t nids = cfg.mem_ids > cfg.sql_ids ? cfg.mem_ids : cfg.sql_ids;
-    if (make_ids(nids) != 0) die("cannot make %zu ids", nids);
+    idset uuids, shorts;
+    make_uuid_ids(&uuids, cfg.mem_ids > cfg.sql_ids ? cfg.mem_ids : cfg.sql_ids);
+    make_short_ids(&shorts, cfg.mem_ids);
 
     char tmpl[4096];
     const char *dir = cfg.dir;
@@ -1066,19 +943,21 @@ int main(int argc, char **argv)
     read_loadavg(load, sizeof load);
     printf("bench_idem: acemq %s, SQLite %s, %ld cpus, load %s, %s run; SQLite files in %s\n",
            acemq_version(), sqlite3_libversion(), cpus, load, cfg.quick ? "quick" : "full", dir);
-    printf("memory: %zu ids per run; sqlite and redis: %.1f s per run; median of %d run%s\n",
+    printf("ids: random UUIDv4 text (36 bytes), memory/short: \"order-%%08d\" (14 bytes)\n"
+           "memory: %zu ids per run; sqlite and redis: %.1f s per run; median of %d run%s\n",
            cfg.mem_ids, cfg.seconds, cfg.reps, cfg.reps == 1 ? "" : "s");
     fflush(stdout);
 
     double t0 = mono_now();
-    bench_memory(&cfg, out);
-    bench_sqlite(&cfg, out, dir);
+    bench_memory(&cfg, out, &uuids, &shorts);
+    bench_sqlite(&cfg, out, dir, &uuids);
     double took = mono_now() - t0;
     read_loadavg(load, sizeof load);
 
     if (fclose(out) != 0) die("closing %s: %s", cfg.out_path, strerror(errno));
     if (!cfg.dir && rmdir(dir) != 0) die("rmdir(%s): %s", dir, strerror(errno));
-    free(g_ids);
+    free(uuids.buf);
+    free(shorts.buf);
     printf("\n%.1f s in all, load %s at the end; results appended to %s\n", took, load,
            cfg.out_path);
     return 0;

@@ -294,16 +294,10 @@ static double run_raw_pg(const char *url, int delete_published, size_t batch, lo
 
 static void report(FILE *out, const char *name, double v, const char *peer, double pv)
 {
-    double ratio = pv > 0 ? v / pv : 0;
-    printf("%-34s %14.0f  %-24s %14.0f %8.3f  %-8s %s\n", name, v, peer, pv, ratio, ">= 0.8",
-           ratio >= TARGET_RATIO ? "yes" : "NO");
-    fflush(stdout);
-    fprintf(out,
-            "{\"bench\":\"outbox\",\"case\":\"%s\",\"value\":%.0f,\"unit\":\"records/s\","
-            "\"peer\":\"%s\",\"peer_value\":%.0f,\"ratio\":%.4f,\"target\":\">= 0.8\","
-            "\"target_met\":%s}\n",
-            name, v, peer, pv, ratio, ratio >= TARGET_RATIO ? "true" : "false");
-    if (fflush(out) != 0) die("writing results");
+    bench_result r = {"outbox", name, v, "records/s", peer, pv, 0, ">= 0.8 x peer", 0};
+    r.ratio = pv > 0 ? v / pv : 0;
+    r.target_met = r.ratio >= TARGET_RATIO;
+    bench_report(out, &r);
 }
 
 static void bench_backend(const config *cfg, FILE *out, int pg)
@@ -387,8 +381,7 @@ int main(int argc, char **argv)
     if (!out) die("opening %s", cfg.out_path);
     printf("outbox: claim_batch + mark_published, records/s (200-byte bodies; median of %d)\n",
            cfg.reps);
-    printf("%-34s %14s  %-24s %14s %8s  %-8s %s\n", "case", "acemq", "peer", "peer", "ratio",
-           "target", "met");
+    bench_header();
     bench_backend(&cfg, out, 0);
     if (cfg.pg_url && *cfg.pg_url)
         bench_backend(&cfg, out, 1);

@@ -63,6 +63,11 @@
  * always know), and --kinds FILE writes the kind of each line (first, late,
  * near, edge, return, again).
  *
+ * Ids as brokers make them (--broker): "ID:<host>-<port>-<ms>-1:<conn>:1:<producer>:<seq>"
+ * with the host names of cloud instances, services and pods (60 to 80 bytes),
+ * as one of several competing consumers receives them; see broker() below.
+ * The audit benchmark's target case runs on this stream.
+ *
  * Exit status: 0 written, 1 an I/O error, 2 usage.
  */
 #include <errno.h>
@@ -139,6 +144,8 @@ static void usage(const char *why)
     fputs("usage: gen_audit_stream [--ids N] [--producers P] [--redeliver F] [--window W]\n"
           "                        [--seed S] [--out FILE] [--expect FILE]\n"
           "                        [--no-loss | --lossy [--kinds FILE]] [--depth D] [--track T]\n"
+          "       gen_audit_stream --broker [--ids N] [--producers P] [--redeliver F] [--seed S]\n"
+          "                        [--out FILE] [--expect FILE]\n"
           "  --ids N         lines to write (default 2000000)\n"
           "  --producers P   producers, interleaved at random (default 64)\n"
           "  --redeliver F   fraction of lines that are redeliveries (default 0.05)\n"
@@ -150,7 +157,10 @@ static void usage(const char *why)
           "                  producers could lose history (--depth 2048, --track 64)\n"
           "  --lossy         a stream that loses history in such an audit: evictions,\n"
           "                  returns, redeliveries past the window's edge, late ids\n"
-          "  --kinds FILE    with --lossy: the kind of each line\n",
+          "  --kinds FILE    with --lossy: the kind of each line\n"
+          "  --broker        ids as brokers make them: real host names, producers coming\n"
+          "                  and going (P at a time, default 48), gaps left by competing\n"
+          "                  consumers, redeliveries late in prefetch-sized bursts\n",
           stderr);
     exit(2);
 }
@@ -354,13 +364,158 @@ static void lossy(const lossy_cfg *c)
     free(top);
 }
 
+/* ---- --broker ---- */
+
+/* Client hosts as a broker sees them in producer ids: cloud instance names,
+ * service names, Kubernetes pods. */
+static const char *const broker_hosts[] = {
+    "ip-10-42-7-113.eu-west-1.compute.internal",
+    "ip-10-42-19-201.eu-west-1.compute.internal",
+    "ip-172-31-4-56.ec2.internal",
+    "broker-2.prod.example.com",
+    "orders-api-7d9f8c6b5-x2kqp",
+    "payments-worker-5c7b9d4f8-4h8jz",
+    "app-server-03.dc1.example.net",
+    "billing-batch-01.internal.example.org",
+    "inventory-sync-0.inventory.svc.cluster.local",
+};
+#define BROKER_HOSTS (sizeof broker_hosts / sizeof broker_hosts[0])
+#define BROKER_CONSUMERS 3    /* competing consumers on the queue, this one among them */
+#define BROKER_PREFETCH 500   /* deliveries a consumer holds unacknowledged */
+#define BROKER_LIFE_MAX 20000 /* messages a producer sends before it closes, at most */
+#define BROKER_ID_MAX 128     /* bytes of a producer id, NUL included */
+
+/* One client JVM: its IdGenerator's seed and its last connection. */
+typedef struct client {
+    uint32_t port;
+    uint64_t start_ms;
+    uint64_t conn;     /* the last connection's number; 0: none yet */
+    uint32_t producer; /* the last producer's number on that connection */
+} client;
+
+typedef struct broker_state {
+    client clients[BROKER_HOSTS];
+    char (*name)[BROKER_ID_MAX]; /* every producer ever: its id */
+    uint64_t *top;               /* ... the last sequence it sent */
+    delivered *seen;             /* ... the sequences this consumer got */
+    uint32_t nproducers, cap;
+} broker_state;
+
+/* A producer opens on a random client: on a new connection half the time,
+ * else as the next producer of the client's last connection. */
+static uint32_t open_producer(broker_state *b)
+{
+    if (b->nproducers == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 256;
+        b->name = grow_or_die(b->name, b->cap * sizeof *b->name);
+        b->top = grow_or_die(b->top, b->cap * sizeof *b->top);
+        b->seen = grow_or_die(b->seen, b->cap * sizeof *b->seen);
+    }
+    uint32_t h = (uint32_t)rng_below(BROKER_HOSTS);
+    client *c = &b->clients[h];
+    if (c->conn == 0 || rng_below(2) == 0) {
+        c->conn++;
+        c->producer = 0;
+    }
+    c->producer++;
+    uint32_t p = b->nproducers++;
+    snprintf(b->name[p], BROKER_ID_MAX, "ID:%s-%" PRIu32 "-%" PRIu64 "-1:%" PRIu64 ":1:%" PRIu32,
+             broker_hosts[h], c->port, c->start_ms, c->conn, c->producer);
+    b->top[p] = 0;
+    memset(&b->seen[p], 0, sizeof b->seen[p]);
+    return p;
+}
+
+/* A queue served by BROKER_CONSUMERS competing consumers, as one of them
+ * sees it: `active` producers send at once, each for 1 to BROKER_LIFE_MAX
+ * messages, then close and another opens; this consumer gets one message in
+ * BROKER_CONSUMERS, so each producer's sequence reaches it with gaps. A
+ * fraction `redeliver` of the lines are redeliveries, in bursts of
+ * BROKER_PREFETCH / 4 to BROKER_PREFETCH that start up to 2 * BROKER_PREFETCH
+ * lines after they were decided: two in three are this consumer's own last
+ * deliveries again (a rollback: duplicates), one in three the last messages
+ * another consumer held (it failed: new here, and late). --expect answers
+ * "duplicate" for an id this consumer got before. */
+static void broker(uint64_t ids, uint32_t active, double redeliver, FILE *out, FILE *expect)
+{
+    broker_state b;
+    memset(&b, 0, sizeof b);
+    for (size_t h = 0; h < BROKER_HOSTS; h++) {
+        b.clients[h].port = 32768 + (uint32_t)rng_below(28232);
+        b.clients[h].start_ms = 1700000000000u + rng_below(86400000u);
+    }
+    uint32_t *slot = grow_or_die(NULL, active * sizeof *slot);
+    uint64_t *left = grow_or_die(NULL, active * sizeof *left);
+    for (uint32_t i = 0; i < active; i++) {
+        slot[i] = open_producer(&b);
+        left[i] = 1 + rng_below(BROKER_LIFE_MAX);
+    }
+    /* The last BROKER_PREFETCH deliveries to this consumer and to the others. */
+    first_delivery mine[BROKER_PREFETCH], theirs[BROKER_PREFETCH], burst[BROKER_PREFETCH];
+    uint64_t mine_n = 0, theirs_n = 0, burst_len = 0, burst_at = 0, burst_start = 0;
+    /* A burst is decided per message sent, BROKER_CONSUMERS per line, and
+     * holds 0.625 * BROKER_PREFETCH ids on average. */
+    double p_burst = redeliver / (0.625 * BROKER_PREFETCH * BROKER_CONSUMERS);
+    uint64_t redelivered = 0, dups = 0, bursts = 0;
+    for (uint64_t n = 0; n < ids;) {
+        first_delivery d;
+        if (burst_at < burst_len && n >= burst_start) {
+            d = burst[burst_at++];
+            redelivered++;
+        } else {
+            if (burst_at == burst_len && rng_unit() < p_burst) {
+                int own = rng_below(3) != 0;
+                const first_delivery *from = own ? mine : theirs;
+                uint64_t have = own ? mine_n : theirs_n;
+                uint64_t want = BROKER_PREFETCH / 4 + rng_below(BROKER_PREFETCH * 3 / 4 + 1);
+                burst_len = have < BROKER_PREFETCH ? have : BROKER_PREFETCH;
+                if (burst_len > want) burst_len = want;
+                for (uint64_t k = 0; k < burst_len; k++) /* oldest first, as delivered */
+                    burst[k] = from[(have - burst_len + k) % BROKER_PREFETCH];
+                if (!own) theirs_n = 0; /* now this consumer's */
+                burst_at = 0;
+                burst_start = n + rng_below(2 * (uint64_t)BROKER_PREFETCH);
+                bursts += burst_len > 0;
+            }
+            uint32_t i = (uint32_t)rng_below(active);
+            d.producer = slot[i];
+            d.seq = ++b.top[d.producer];
+            if (--left[i] == 0) {
+                slot[i] = open_producer(&b);
+                left[i] = 1 + rng_below(BROKER_LIFE_MAX);
+            }
+            if (rng_below(BROKER_CONSUMERS) != 0) {
+                theirs[theirs_n++ % BROKER_PREFETCH] = d;
+                continue;
+            }
+            mine[mine_n++ % BROKER_PREFETCH] = d;
+        }
+        int dup = deliver(&b.seen[d.producer], d.seq);
+        dups += (uint64_t)dup;
+        fprintf(out, "%s:%" PRIu64 "\n", b.name[d.producer], d.seq);
+        if (expect) fputs(dup ? "duplicate\n" : "new\n", expect);
+        n++;
+    }
+    fprintf(stderr,
+            "gen_audit_stream: --broker: %" PRIu64 " ids, %" PRIu64 " redelivered in %" PRIu64
+            " bursts, %" PRIu64 " seen before; %" PRIu32 " producers (%" PRIu32 " at a time)\n",
+            ids, redelivered, bursts, dups, b.nproducers, active);
+    for (uint32_t p = 0; p < b.nproducers; p++)
+        free(b.seen[p].bits);
+    free(b.seen);
+    free(b.top);
+    free(b.name);
+    free(left);
+    free(slot);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t ids = 2000000, seed = 1, depth = 2048, track = 64;
     uint32_t producers = 64, window = 1000;
     double redeliver = 0.05;
     const char *out_path = NULL, *expect_path = NULL, *kinds_path = NULL;
-    int no_loss = 0, lossy_mode = 0;
+    int no_loss = 0, lossy_mode = 0, broker_mode = 0, producers_given = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -369,6 +524,7 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--producers") == 0) {
             producers = (uint32_t)parse_u64(a, v, 1, MAX_PRODUCERS);
+            producers_given = 1;
             i++;
         } else if (strcmp(a, "--window") == 0) {
             window = (uint32_t)parse_u64(a, v, 1, MAX_WINDOW);
@@ -406,6 +562,8 @@ int main(int argc, char **argv)
             no_loss = 1;
         } else if (strcmp(a, "--lossy") == 0) {
             lossy_mode = 1;
+        } else if (strcmp(a, "--broker") == 0) {
+            broker_mode = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(NULL);
         } else {
@@ -416,6 +574,18 @@ int main(int argc, char **argv)
 
     if (no_loss && lossy_mode) usage("--no-loss and --lossy exclude each other");
     if (kinds_path && !lossy_mode) usage("--kinds goes with --lossy");
+    if (broker_mode && (no_loss || lossy_mode)) usage("--broker goes alone");
+    if (broker_mode) {
+        static char broker_buf[1 << 20];
+        FILE *out = open_out(out_path);
+        FILE *expect = expect_path ? open_out(expect_path) : NULL;
+        setvbuf(out, broker_buf, _IOFBF, sizeof broker_buf);
+        rng_seed(seed);
+        broker(ids, producers_given ? producers : 48, redeliver, out, expect);
+        close_out(out, out_path);
+        close_out(expect, expect_path);
+        return 0;
+    }
     if (lossy_mode) {
         static char lossy_buf[1 << 20];
         lossy_cfg c = {ids,  depth, track, producers, window, redeliver, open_out(out_path),
