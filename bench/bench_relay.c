@@ -11,7 +11,7 @@
  *   bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N] [--reps N]
  *               [--batch N] [--window N] [--latency-inline] [--filter TEXT]
  *               [--queue classic-v2|classic-v2-lazy|classic-v1|quorum] [--broker-cpu N]
- *               [--delete-published] [--writer-busy-wait] [--consumer] [--parallel-db]
+ *               [--delete-published] [--writer-busy-wait] [--consumer]
  *               [--control] [--quick]
  *
  * --filter runs only the cases whose name contains TEXT. --queue is the kind
@@ -33,9 +33,9 @@
  * writer's transactions; --writer-busy-wait has the SQLite writer wait for
  * the lock with acemq_sqlite_busy_wait instead of sqlite3_busy_timeout.
  *
- * The latency case runs the relay as `acemq relay` does (claimer and marker
- * threads on handles of their own); --latency-inline runs it on one handle,
- * claim, publish and mark in turn, as before.
+ * The latency case runs the relay as `acemq relay` does (opened on the URL:
+ * its own threads and handles); --latency-inline runs it on one handle,
+ * claim, publish and mark in turn.
  *
  * --reps N (9 by default) is how many turns each side of a throughput case
  * takes, relay and raw publisher in turn, ABBA; the case prints the median
@@ -47,10 +47,6 @@
  * too, after the same refill, and prints the ratio of two identical
  * publishers, with no target: how far the ratio moves by itself. Its cases'
  * names end in /control, and it measures no latency.
- *
- * --parallel-db lets the relay's claims and marks run at once, as
- * acemq relay --parallel-db does, instead of taking turns; its cases' names
- * end in /parallel-db.
  *
  * Without --consumer every message of a throughput turn stays in the
  * queue. With it, a consumer takes them as they come in, relay and peer
@@ -101,18 +97,24 @@ typedef struct config {
     int synchronous;      /* the relay's handles; acemq relay's default, FULL */
     int delete_published; /* the relay deletes what it publishes (--delete-published) */
     int consumer;         /* a consumer empties the queue during every turn (--consumer) */
-    int parallel_db;      /* the relay's claims and marks may overlap (--parallel-db) */
     int control;          /* the raw publisher in the relay's turns too (--control) */
     char dir[256];
 } config;
 
 /* A relay-side outbox handle, opened as acemq relay opens its three. */
-static acemq_outbox *open_relay_outbox(const config *cfg, const char *url)
+/* The outbox options the relay's handles are opened with. */
+static acemq_outbox_options relay_outbox_options(const config *cfg)
 {
     acemq_outbox_options o;
     acemq_outbox_options_init(&o);
     o.synchronous = cfg->synchronous;
     o.delete_on_publish = cfg->delete_published;
+    return o;
+}
+
+static acemq_outbox *open_relay_outbox(const config *cfg, const char *url)
+{
+    acemq_outbox_options o = relay_outbox_options(cfg);
     acemq_outbox *h = NULL;
     if (acemq_outbox_open(&h, url, &o) != 0) die("outbox: %s", acemq_outbox_errmsg(NULL));
     return h;
@@ -407,17 +409,12 @@ static void *relay_main(void *arg)
     return NULL;
 }
 
-/* The relay as `acemq relay` runs it: run() on a thread, the next batch
- * claimed ahead by a third handle on a claimer thread while the current one
- * goes out, marks written by a second handle on a marker thread, the
- * gauges counted on a fourth; timed from the start until the last record
- * is marked published. */
+/* The relay as `acemq relay` runs it: opened on the outbox's URL, run()
+ * on a thread; timed from the start until the last record is marked
+ * published. */
 static double run_relay(const config *cfg, const char *outbox_url, long n, int poll_ms)
 {
-    acemq_outbox *ob = open_relay_outbox(cfg, outbox_url);
-    acemq_outbox *mark_ob = open_relay_outbox(cfg, outbox_url);
-    acemq_outbox *claim_ob = open_relay_outbox(cfg, outbox_url);
-    acemq_outbox *gauge_ob = open_relay_outbox(cfg, outbox_url);
+    acemq_outbox_options oo = relay_outbox_options(cfg);
     acemq_broker *b = NULL;
     acemq_broker_options bo;
     acemq_broker_options_init(&bo);
@@ -428,12 +425,9 @@ static double run_relay(const config *cfg, const char *outbox_url, long n, int p
     acemq_relay_options_init(&ro);
     ro.batch = (size_t)cfg->batch;
     ro.poll_ms = poll_ms;
-    ro.mark_outbox = mark_ob;
-    ro.claim_outbox = claim_ob;
-    ro.gauge_outbox = gauge_ob;
-    ro.parallel_db = cfg->parallel_db;
     relay_thread t = {.stop = 0};
-    if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new failed");
+    if (acemq_relay_open(&t.r, outbox_url, &oo, b, &ro) != 0)
+        die("relay_open: %s", acemq_relay_errmsg(NULL));
     double t0 = mono_now();
     pthread_t th;
     if (pthread_create(&th, NULL, relay_main, &t) != 0) die("pthread_create failed");
@@ -456,10 +450,6 @@ static double run_relay(const config *cfg, const char *outbox_url, long n, int p
             (unsigned long long)s.unknown);
     acemq_relay_free(t.r);
     acemq_broker_close(b);
-    acemq_outbox_close(gauge_ob);
-    acemq_outbox_close(claim_ob);
-    acemq_outbox_close(mark_ob);
-    acemq_outbox_close(ob);
     return (double)n / elapsed;
 }
 
@@ -481,29 +471,26 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     fresh_queue(cfg);
     consumer = start_consumer(cfg, consumed);
     exec_sql(pg, db, conn, pg ? "TRUNCATE acemq_outbox" : "DELETE FROM acemq_outbox");
-    acemq_outbox *ob = open_relay_outbox(cfg, outbox_url), *mark_ob = NULL, *claim_ob = NULL,
-                 *gauge_ob = NULL;
+    acemq_outbox *ob = NULL;
     acemq_broker *b = NULL;
     if (acemq_broker_open(&b, cfg->amqp_url, NULL) != 0)
         die("broker: %s", acemq_broker_errmsg(NULL));
     acemq_relay_options ro;
     acemq_relay_options_init(&ro);
-    /* As `acemq relay` runs it, unless --latency-inline: claims, marks and
-     * gauges on handles and threads of their own. */
-    if (!cfg->latency_inline) {
-        mark_ob = open_relay_outbox(cfg, outbox_url);
-        claim_ob = open_relay_outbox(cfg, outbox_url);
-        gauge_ob = open_relay_outbox(cfg, outbox_url);
-        ro.mark_outbox = mark_ob;
-        ro.claim_outbox = claim_ob;
-        ro.gauge_outbox = gauge_ob;
-    }
     /* PostgreSQL wakes on NOTIFY: the poll is only a fallback. SQLite polls
      * data_version every 5 ms inside the wait. */
     ro.poll_ms = pg ? 1000 : 5;
-    ro.parallel_db = cfg->parallel_db;
     relay_thread t = {.stop = 0};
-    if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new failed");
+    /* As `acemq relay` runs it (opened on the URL: claims, marks and gauges
+     * on threads of their own), unless --latency-inline: one handle. */
+    if (cfg->latency_inline) {
+        ob = open_relay_outbox(cfg, outbox_url);
+        if (acemq_relay_new(&t.r, ob, b, &ro) != 0) die("relay_new: %s", acemq_relay_errmsg(NULL));
+    } else {
+        acemq_outbox_options oo = relay_outbox_options(cfg);
+        if (acemq_relay_open(&t.r, outbox_url, &oo, b, &ro) != 0)
+            die("relay_open: %s", acemq_relay_errmsg(NULL));
+    }
     pthread_t th;
     if (pthread_create(&th, NULL, relay_main, &t) != 0) die("pthread_create failed");
     static char body[BODY_LEN];
@@ -608,9 +595,6 @@ static void latency_case(const config *cfg, FILE *out, const char *name, int pg,
     free(lat);
     acemq_relay_free(t.r);
     acemq_broker_close(b);
-    acemq_outbox_close(gauge_ob);
-    acemq_outbox_close(claim_ob);
-    acemq_outbox_close(mark_ob);
     acemq_outbox_close(ob);
 }
 
@@ -828,9 +812,8 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
     /* The cases' names, as printed, written to the JSON lines and matched
      * by --filter. */
     char suffix[64]; /* the four suffixes together: 52 */
-    snprintf(suffix, sizeof suffix, "%s%s%s%s", cfg->delete_published ? "/delete-published" : "",
-             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "", cfg->parallel_db ? "/parallel-db" : "",
-             cfg->control ? "/control" : "");
+    snprintf(suffix, sizeof suffix, "%s%s%s", cfg->delete_published ? "/delete-published" : "",
+             cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "", cfg->control ? "/control" : "");
     char throughput_name[96], keyed_name[96], latency_name[96], unconsumed_name[112];
     snprintf(throughput_name, sizeof throughput_name, "throughput/%s%s", pg ? "postgres" : "sqlite",
              suffix);
@@ -929,8 +912,6 @@ int main(int argc, char **argv)
             cfg.writer_busy_wait = 1;
         else if (strcmp(argv[i], "--consumer") == 0)
             cfg.consumer = 1;
-        else if (strcmp(argv[i], "--parallel-db") == 0)
-            cfg.parallel_db = 1;
         else if (strcmp(argv[i], "--control") == 0)
             cfg.control = 1;
         else if (strcmp(argv[i], "--broker-cpu") == 0 && i + 1 < argc) {
@@ -946,12 +927,11 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--quick") == 0)
             cfg.quick = 1, cfg.reps = 1, cfg.records = 5000;
         else {
-            fprintf(stderr,
-                    "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
-                    " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
-                    " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N]"
-                    " [--delete-published] [--writer-busy-wait] [--consumer] [--parallel-db]"
-                    " [--control] [--quick]\n");
+            fprintf(stderr, "usage: bench_relay [--amqp URL] [--pg URL] [--out FILE] [--records N]"
+                            " [--reps N] [--batch N] [--window N] [--synchronous MODE]"
+                            " [--latency-inline] [--filter TEXT] [--queue KIND] [--broker-cpu N]"
+                            " [--delete-published] [--writer-busy-wait] [--consumer]"
+                            " [--control] [--quick]\n");
             return 2;
         }
     }

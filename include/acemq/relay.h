@@ -34,27 +34,6 @@ typedef struct acemq_relay_options {
     int poll_ms;      /* how long to wait for new records before looking again; default 1,000 */
     FILE *log;        /* logfmt lines, one per event; NULL: none */
     int verbose;      /* 1: a line per batch too */
-    /* A second handle on the same outbox, or NULL. Given one, run() marks
-     * each batch on a thread of its own while the next batch is claimed and
-     * published (the relay owns neither handle). step() always marks inline. */
-    acemq_outbox *mark_outbox;
-    /* A third handle on the same outbox, or NULL; used only with
-     * mark_outbox. Given one, run() claims the next batch on a thread of
-     * its own while the current one is sent, instead of between sends. */
-    acemq_outbox *claim_outbox;
-    /* A fourth handle on the same outbox, or NULL. Given one, run() counts
-     * the outbox for the gauges (stats.pending, dead, oldest_age_ms) on a
-     * thread of its own, so the publishing loop never waits for a count;
-     * without one it counts between batches. A count reads every pending
-     * record (0.65 s for 2,000,000 on SQLite), so after each the next waits
-     * twenty times as long, and at least a second. */
-    acemq_outbox *gauge_outbox;
-    /* 0 (default): a claim and a mark take turns, whichever handles and
-     * threads they run on, which leaves more CPU to a broker on the same
-     * machine. 1: they may run at once, for a database with CPUs of its own
-     * and a broker that confirms faster than the turns keep up with (tens
-     * of thousands of messages a second). */
-    int parallel_db;
 } acemq_relay_options;
 
 ACEMQ_EXTERN void acemq_relay_options_init(acemq_relay_options *o);
@@ -67,14 +46,25 @@ typedef struct acemq_relay_stats {
     uint64_t published, failed, returned, nacked, unknown, released, batches;
     uint64_t latency_count[ACEMQ_RELAY_LATENCY_BUCKETS]; /* not cumulative */
     double latency_sum_ms;
-    /* From the outbox, refreshed as the relay goes (see gauge_outbox). */
+    /* From the outbox, refreshed as the relay goes. */
     uint64_t pending, dead;
     int64_t oldest_age_ms;
 } acemq_relay_stats;
 
 typedef struct acemq_relay acemq_relay;
 
-/* The relay uses ob and b and does not own them: close them after the relay. */
+/* A relay on the outbox at outbox_url (acemq_outbox_open's URL; oo as
+ * there, NULL for the defaults) and on b, which it does not own: close b
+ * after the relay. The relay opens its own connections to the outbox, as
+ * many as its threads use, and closes them in acemq_relay_free. run() sends
+ * the next batch while the confirms of the last are still coming in, and
+ * counts the gauges without holding up the sending. */
+ACEMQ_EXTERN int acemq_relay_open(acemq_relay **out, const char *outbox_url,
+                                  const acemq_outbox_options *oo, acemq_broker *b,
+                                  const acemq_relay_options *o);
+/* A relay on one outbox handle the caller has: it uses ob and b and does
+ * not own them (close them after the relay). run() claims, publishes and
+ * marks one batch at a time on ob, as step() does. */
 ACEMQ_EXTERN int acemq_relay_new(acemq_relay **out, acemq_outbox *ob, acemq_broker *b,
                                  const acemq_relay_options *o);
 ACEMQ_EXTERN void acemq_relay_free(acemq_relay *r);
@@ -86,8 +76,7 @@ ACEMQ_EXTERN int acemq_relay_step(acemq_relay *r, size_t *claimed);
 /* Steps while there is work and waits for more (NOTIFY on PostgreSQL, PRAGMA
  * data_version on SQLite) until *stop becomes nonzero; the step in progress
  * then finishes (its confirms awaited, its records marked), a batch claimed
- * ahead and not yet sent is released, and run returns 0. With mark_outbox,
- * the confirms of one batch are still coming in while the next is sent.
+ * ahead and not yet sent is released, and run returns 0.
  * A failing outbox is retried after poll_ms; a failing broker backs off.
  * While the broker holds the connection blocked (a resource alarm: see
  * acemq_broker_blocked) the relay waits for the alarm to clear; *stop ends
@@ -104,7 +93,8 @@ ACEMQ_EXTERN void acemq_relay_stats_get(acemq_relay *r, acemq_relay_stats *out);
 
 /* The last error on r: which call failed and why, in the outbox's or the
  * broker's words; "" when none. A step that succeeds leaves it as it was.
- * With r NULL, why the last acemq_relay_new in this thread failed. */
+ * With r NULL, why the last acemq_relay_open or acemq_relay_new in this
+ * thread failed. */
 ACEMQ_EXTERN const char *acemq_relay_errmsg(const acemq_relay *r);
 
 #ifdef __cplusplus

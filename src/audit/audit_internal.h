@@ -13,7 +13,6 @@
 #include <string.h>
 #include "acemq/audit.h"
 #include "core/dlist.h"
-#include "core/short_bytes.h"
 
 /* ---- window.c: one producer's sliding window of seen sequences ---- */
 
@@ -44,12 +43,9 @@ typedef struct acemq__window_shape {
  * The window's floor, the lowest sequence whose clear bit means NEW, is
  * max(start, top - (depth - 1)), and is not stored: a sequence is inside
  * the window when top - seq < depth and start <= seq <= top, two
- * comparisons made only for a sequence that is not the next one
- * (acemq__window_check_fast_at). Until
- * 2026-12-02 span = top - floor was kept beside top so that one comparison
- * did, but then the next sequence, about nineteen checks in twenty on the
- * benchmark stream, had to load span and compare it with depth - 1 to know
- * whether it grew (docs/performance.md, "The window without its span"). */
+ * comparisons made only for a sequence behind the top
+ * (acemq__window_check_fast_at), so that a slide forward reads and writes
+ * nothing but top and ring words. */
 typedef struct acemq__window {
     uint64_t top;        /* highest sequence seen */
     uint64_t start;      /* lowest sequence whose clear bit means NEW */
@@ -96,10 +92,9 @@ void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_
 int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
                         int record_unknown, int *cause);
 
-/* The next sequence taken: seq == top + 1 (and not 0), known to the caller.
- * Slides the window by one (see "Sliding by one" below) and records seq.
- * acemq__window_check_fast_at's common case, and the audit's guess at the
- * next id (check_tail in audit.c), which knows seq without converting it. */
+/* Moves the top to seq and sets its bit; the positions between the old top
+ * and seq are already clear (the caller cleared them, or seq == top + 1,
+ * whose position held a sequence ring_bits ago, out of reach). */
 static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
                                            const acemq__window_shape *sh, uint64_t seq)
 {
@@ -109,59 +104,41 @@ static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
 }
 
 /* acemq__window_check for the check path, inline: 1 with *result set when
- * seq is one of the two common cases, the next sequence or one inside the
- * window; 0, with nothing changed, for everything else (a jump ahead, a
- * sequence behind the window or before its start), which the caller hands
- * to acemq__window_check, which answers exactly as it always did. A
- * DUPLICATE answer also adds 1 to *duplicates, counted here because only
- * a sequence inside the window can be one: the next sequence, the common
- * case, then writes no counter.
+ * seq is one of the two common cases, a sequence up to 64 ahead of the top
+ * (the next one, or past the gap that competing consumers leave) or one
+ * inside the window; 0, with nothing changed, for everything else (a jump
+ * further ahead, a sequence behind the window or before its start), which
+ * the caller hands to acemq__window_check, which answers as it always did.
+ * A DUPLICATE answer also adds 1 to *duplicates: only a sequence inside the
+ * window can be one.
  *
- * The next sequence is tested first, with a branch. An earlier version told
- * the two cases apart without one (a branch "next or inside?" is lost about
- * one time in twenty on an interleaved stream with redeliveries), but then
- * the answer, the new top and the counter the caller bumps by answer all
- * waited on the ring word's load; with the branch, the next sequence's
- * answer is a constant and its stores wait on nothing, and measured on the
- * benchmark stream the check got about 10 % faster despite the mispredicts.
- * Tried again on 2026-12-02, with the counters already out of the way
- * (top + next, the window's floor and the answer computed without the
- * branch), it was still about 1.5 ns slower per check.
+ * Ahead by d (1..64): positions top+1..seq lie in at most two ring words
+ * (the one of top + 1 and the next); the slide clears them and sets seq's
+ * bit, as acemq__window_check does for any jump, without its loop. The
+ * next sequence and a short jump share one branch, since real streams mix
+ * them id by id. With one ring word (depth < 63) both masks fall on the
+ * same word and clear it whole for d = 64, as the general check does.
  *
- * Each case reads only what it needs, after the branch, and reads it before
- * its first store (the ring is uint64_t, like the fields, so a store to it
- * before would make the compiler read them all again). Until 2026-12-02
- * the floor, the position, the ring word and the bit were all read or
- * computed ahead of the branch for both cases. That held more values at
- * once than there are caller-saved registers, and the check saved and
- * restored six callee-saved ones per call (four now). Read per case, each
- * load still starts as soon as its address is known, and the check takes
- * about 4 % less time on the benchmark stream (docs/performance.md).
- *
- * What this path costs is mostly its latency, not its instructions: on the
- * benchmark stream, four cycles added on purpose to the producer's address,
- * to top or to the floor's load each made every check about 9 % slower. So
- * nothing the common case stores waits on more than one load: the next
- * sequence's stores are top (seq itself) and the ring word (its load and
- * one OR).
- *
- * Sliding by one: top moves, and with it the floor once the window spans
- * depth sequences; neither is more than top to write. The position's bit is
- * stale, from ring_bits ago: setting it is all the slide needs.
- *
- * The next sequence is top + 1, and never 0: seq - top == 1 also holds for
- * seq = 0 after top = 2^64 - 1, which is far behind, not next. Inside the
- * window, back = top - seq is below depth and at most top - start. A seq
- * below start gives more than top - start; so does a seq above top, whose
- * back wraps to top + (2^64 - seq), more than top. The second test is not
- * there for start alone: near 2^64 above a small top, back wraps to a value
- * below depth (the unit test sequences_near_2_64 has such a case). */
+ * Inside the window, back = top - seq is below depth and at most
+ * top - start. A seq below start gives more than top - start; so does a
+ * seq above top, whose back wraps to top + (2^64 - seq), more than top. The
+ * second test is not there for start alone: near 2^64 above a small top,
+ * back wraps to a value below depth (the unit test sequences_near_2_64 has
+ * such a case). */
 static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_end,
                                               const acemq__window_shape *sh, uint64_t seq,
                                               int *result, uint64_t *duplicates)
 {
     uint64_t top = w->top;
-    if (__builtin_expect((seq - top == 1) & (seq != 0), 1)) {
+    uint64_t d = seq - top;
+    if (__builtin_expect((seq > top) & (d <= 64), 1)) {
+        uint64_t pos = (top + 1) & sh->ring_mask;
+        uint64_t off = pos & 63;
+        uint64_t end = off + d; /* 1..127: one past the last bit cleared */
+        uint64_t m0 = (~(uint64_t)0 << off) & (end >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << end) - 1);
+        uint64_t m1 = end > 64 ? ((uint64_t)1 << (end - 64)) - 1 : 0;
+        *acemq__ring_word(ring_end, pos) &= ~m0;
+        *acemq__ring_word(ring_end, (pos + 64) & sh->ring_mask) &= ~m1;
         acemq__window_take_next(w, ring_end, sh, seq);
         *result = ACEMQ_AUDIT_NEW;
         return 1;
@@ -222,8 +199,7 @@ acemq__lru_entry *acemq__lru_find(acemq__lru *l, uint64_t hash, const void *key,
 static inline int acemq__lru_matches(acemq__lru_entry *e, uint64_t hash, const void *key,
                                      size_t len)
 {
-    return e->hash == hash && e->key_len == len &&
-           acemq__same_bytes(acemq__lru_key(e), (const unsigned char *)key, len);
+    return e->hash == hash && e->key_len == len && memcmp(acemq__lru_key(e), key, len) == 0;
 }
 
 /* Makes e the most recent entry; nothing to do when it already is. */
@@ -280,16 +256,6 @@ int acemq__ghosts_take(acemq__ghosts *g, uint64_t hash);
 /* An audit whose key was evicted before: every producer's first id is
  * UNKNOWN (EVICTED), since the old audit may have seen any of them. */
 int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int lost_history);
-/* For tests: what the plain flavour's producer memo (producer_memo.h) holds:
- * producers of 17-32 bytes in the table, those of them in a slot, and the
- * word's offset. All 0 in the other flavours, which have none. */
-void acemq__audit_memo_state(acemq_audit *a, size_t *producers, size_t *held, uint32_t *off);
-/* For tests: 0 when every producer in the memo's slots is one the table
- * holds now, in the slot its key leads to, and they number `held`, and
- * every producer's guess at its next text id (if any) ends in the digits
- * of its top + 1; -1 otherwise (a producer left in the memo after it left
- * the table, say, or a guess left behind by a top that moved). */
-int acemq__audit_memo_verify(acemq_audit *a);
 /* Adds every counter of t into *sum. */
 void acemq__audit_stats_merge(acemq_audit_stats *sum, const acemq_audit_stats *t);
 /* Adds a's counters into *sum, `producers` as held now. */

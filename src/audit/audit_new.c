@@ -52,7 +52,6 @@ static void destroy(acemq_audit *a)
     for (unsigned i = 0; a->shards && i < a->nshards; i++) {
         shard *s = &a->shards[i];
         acemq__audit_table_destroy(s, a->stamped, a->ring_pad);
-        acemq__memo_free(&s->memo);
         acemq__ghosts_destroy(&s->ghosts);
         if (i < a->mutexes) acemq__shard_lock_destroy(&s->lock);
     }
@@ -80,13 +79,8 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     a->lost_history = lost_history != 0;
     a->stamped = opts.max_producers <= STAMP_MAX;
     a->locked = (opts.flags & ACEMQ_AUDIT_THREAD_SAFE) != 0;
-    a->plain = !a->locked && a->stamped;
     a->nshards = acemq__audit_shards(&opts, &a->shard_bits);
     atomic_init(&a->producers, 0);
-    /* Every audit's, even where a->one is no shard: acemq_audit_check reads
-     * it before it knows the flavour, and finds an empty memo in every
-     * flavour but the plain one (only memo_admitted fills it). */
-    acemq__memo_init(&a->one.memo);
     size_t ghosts = (size_t)opts.max_producers * GHOSTS_PER_PRODUCER;
     if (ghosts > DEFAULT_GHOSTS_MAX) ghosts = DEFAULT_GHOSTS_MAX;
     if (opts.max_evicted) ghosts = opts.max_evicted;
@@ -104,7 +98,6 @@ int acemq__audit_new_lost(acemq_audit **out, const acemq_audit_options *o, int l
     }
     for (unsigned i = 0; i < a->nshards; i++) {
         shard *s = &a->shards[i];
-        acemq__memo_init(&s->memo);
         if (a->locked) {
             rc = acemq__shard_lock_init(&s->lock) == 0 ? 0 : ACEMQ_ENOMEM;
             if (rc == 0) a->mutexes++;

@@ -7,6 +7,8 @@
  * count the branch predictor would have to guess per id
  * (acemq__audit_split_fast). Every other id (and
  * every malformed one) takes the byte loop, which also words the errors.
+ * The word pays its way on ActiveMQ ids: with the byte loop alone, the text
+ * check of a broker stream takes about a tenth longer.
  */
 #ifndef ACEMQ_AUDIT_ID_PARSE_H
 #define ACEMQ_AUDIT_ID_PARSE_H
@@ -98,30 +100,6 @@ static inline int acemq__audit_split_fast(const char *id, size_t id_len, size_t 
     *producer_len = id_len - 8 + pos;
     *sequence = (uint32_t)v;
     return 1;
-}
-
-/* The last eight bytes of the id that follows one ending in `last`: its
- * sequence plus one, in as many digits (leading zeros kept), the producer's
- * bytes unchanged. last must hold the id's ':' (as every id split_fast
- * takes does). *ok is 0 when the sequence is all nines, whose successor
- * needs one digit more (and so ends in other bytes): the caller then makes
- * no guess. Without a branch: the highest byte that is not a '9' gains one,
- * and every '9' above it becomes '0'. With t = last ^ "99999999" a '9' is
- * a zero byte, so t's highest set bit lies in that byte; its place in the
- * byte tells a digit from the ':' (every digit '0'..'8' gives 0x09..0x0F or
- * 0x01, highest bit 3 or 0; the ':' gives 0x03, highest bit 1).
- *
- * The change is one addition: +1 to that byte and -9 to each byte above it,
- * which is the constant 1 - 0x0909090909090900 shifted to the byte (the
- * bytes that would go above the word fall off it). No byte carries or
- * borrows: the one that gains is at most '8' (or the ':', when *ok is 0),
- * and the ones that lose are '9's. */
-static inline uint64_t acemq__audit_next_tail(uint64_t last, int *ok)
-{
-    uint64_t t = last ^ 0x3939393939393939u;
-    unsigned top = (unsigned)(63 - __builtin_clzll(t)); /* t != 0: the ':' is there */
-    *ok = (top & 7) != 1;
-    return last + (0xF6F6F6F6F6F6F701u << (top & 56)); /* top & 56: the byte's lowest bit */
 }
 #endif
 

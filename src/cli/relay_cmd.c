@@ -57,7 +57,7 @@ static void usage_line(FILE *f)
 {
     fputs("usage: acemq relay --outbox URL --broker URL [--batch N] [--lease S] [--window N]\n"
           "                   [--poll S] [--confirm-timeout S] [--synchronous MODE]\n"
-          "                   [--delete-published] [--parallel-db] [--metrics HOST:PORT] [-v]\n",
+          "                   [--delete-published] [--metrics HOST:PORT] [-v]\n",
           f);
 }
 
@@ -92,11 +92,6 @@ static void help(void)
           "                       no history, but less database work per record (on\n"
           "                       PostgreSQL no second row version: claim + publish at\n"
           "                       1.4-1.9x the records per second)\n"
-          "  --parallel-db        let a claim and a mark run at the same time; by default\n"
-          "                       they take turns, which leaves more CPU to a broker on\n"
-          "                       the same machine; overlapping may be faster with a\n"
-          "                       database on CPUs of its own and a broker confirming\n"
-          "                       tens of thousands of messages a second\n"
           "  --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
           "  -v, --verbose        a log line per batch as well as per event\n"
           "\n"
@@ -147,12 +142,6 @@ static int parse_synchronous(const char *text, int *mode)
     return -1;
 }
 
-static void close_outboxes(acemq_outbox **obs, int n)
-{
-    for (int k = 0; k < n; k++)
-        acemq_outbox_close(obs[k]);
-}
-
 int acemq__cli_relay(int argc, char **argv)
 {
     const char *outbox_url = NULL, *broker_url = NULL, *metrics_addr = NULL, *v = NULL;
@@ -163,8 +152,8 @@ int acemq__cli_relay(int argc, char **argv)
     bo.confirm_timeout_ms = 20000;
     /* --synchronous below full lets the relay's own commits skip the fsync:
      * a mark lost in a crash only sends its record again, which
-     * at-least-once allows. Full by default: it bought nothing measurable
-     * here (docs/performance.md). */
+     * at-least-once allows. Full by default: the safe choice costs no
+     * throughput worth trading it for (docs/performance.md). */
     acemq_outbox_options oo;
     acemq_outbox_options_init(&oo);
     for (int i = 1; i < argc; i++) {
@@ -178,8 +167,6 @@ int acemq__cli_relay(int argc, char **argv)
             ro.verbose = 1;
         } else if (strcmp(argv[i], "--delete-published") == 0) {
             oo.delete_on_publish = 1;
-        } else if (strcmp(argv[i], "--parallel-db") == 0) {
-            ro.parallel_db = 1;
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--outbox", &v)) != 0) {
             if (m < 0) return usage_error();
             outbox_url = v;
@@ -227,27 +214,9 @@ int acemq__cli_relay(int argc, char **argv)
     }
     ro.log = stderr;
 
-    /* Four connections: the relay's own, one the marker thread writes the
-     * marks on while the next batch goes out, one the claimer thread claims
-     * the next batch on while this one goes out, one the gauges are counted
-     * on without holding up either. */
-    acemq_outbox *obs[4] = {NULL, NULL, NULL, NULL};
     acemq_broker *b = NULL;
     acemq_relay *r = NULL;
     acemq__metrics *metrics = NULL;
-    int rc = 0;
-    for (int k = 0; k < 4 && rc == 0; k++) {
-        rc = acemq_outbox_open(&obs[k], outbox_url, &oo);
-        if (rc != 0) {
-            fprintf(stderr, "acemq relay: outbox %s: %s\n", outbox_url, acemq_outbox_errmsg(NULL));
-            close_outboxes(obs, k);
-            return ACEMQ_CLI_FAIL;
-        }
-    }
-    acemq_outbox *ob = obs[0];
-    ro.mark_outbox = obs[1];
-    ro.claim_outbox = obs[2];
-    ro.gauge_outbox = obs[3];
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -256,16 +225,21 @@ int acemq__cli_relay(int argc, char **argv)
     (void)sigaction(SIGINT, &sa, NULL);
     /* A consumer of our logs going away must not kill the relay mid-batch. */
     (void)signal(SIGPIPE, SIG_IGN);
-    rc = open_broker(&b, broker_url, &bo);
+    int rc = open_broker(&b, broker_url, &bo);
     if (rc != 0) {
-        close_outboxes(obs, 4);
         /* Stopped while waiting for the broker: nothing was claimed. */
         if (rc == ACEMQ_EIO && stop_requested) return ACEMQ_CLI_OK;
         fprintf(stderr, "acemq relay: broker: %s\n", acemq_broker_errmsg(NULL));
         return ACEMQ_CLI_FAIL;
     }
-    rc = acemq_relay_new(&r, ob, b, &ro);
-    if (rc == 0 && metrics_addr) {
+    /* The relay opens its own connections to the outbox: one per thread. */
+    rc = acemq_relay_open(&r, outbox_url, &oo, b, &ro);
+    if (rc != 0) {
+        fprintf(stderr, "acemq relay: %s\n", acemq_relay_errmsg(NULL));
+        acemq_broker_close(b);
+        return ACEMQ_CLI_FAIL;
+    }
+    if (metrics_addr) {
         char err[256];
         if (acemq__metrics_start(&metrics, metrics_addr, r, b, err, sizeof err) != 0) {
             fprintf(stderr, "acemq relay: %s\n", err);
@@ -275,12 +249,11 @@ int acemq__cli_relay(int argc, char **argv)
     int status = ACEMQ_CLI_OK;
     if (rc == 0) rc = acemq_relay_run(r, &stop_requested);
     if (rc != 0) {
-        fprintf(stderr, "acemq relay: %s\n", r ? acemq_relay_errmsg(r) : acemq_strerror(rc));
+        fprintf(stderr, "acemq relay: %s\n", acemq_relay_errmsg(r));
         status = ACEMQ_CLI_FAIL;
     }
     acemq__metrics_stop(metrics);
     acemq_relay_free(r);
     acemq_broker_close(b);
-    close_outboxes(obs, 4);
     return status;
 }

@@ -1,5 +1,5 @@
 /* claimer.h — the relay's claim thread, used when the relay has an outbox
- * handle for claims alone (acemq_relay_options.claim_outbox): batch k+1 is
+ * handle for claims alone (the relay's claimer handle): batch k+1 is
  * claimed while batch k is being sent, so a slow claim (SQLite's writer
  * lock, a busy database) does not stop the sending. The main thread asks
  * for one batch at a time, naming the free flight to claim into, and takes

@@ -1,13 +1,12 @@
 /* gauges.h — the relay's outbox gauges (stats.pending, dead, oldest_age_ms):
  * how often to count, and a thread that counts on a handle of its own.
  *
- * Counting is not cheap: the query reads every pending record (on SQLite,
- * 0.65 s for a backlog of 2,000,000). Counted once a second between batches,
- * a backlog of 1,000,000 cost the relay a quarter of its throughput, just
- * when it had the most to drain. So a count waits twenty times its own
- * duration before the next (a twentieth of one connection's time at most,
- * never more often than once a second), and with a handle of its own it
- * runs on a thread, where the publishing loop never waits for it.
+ * Counting is not cheap: the query reads every pending record, so on a
+ * large backlog, just when the relay has the most to drain, counting often
+ * would take its time from publishing. A count therefore waits twenty
+ * times its own duration before the next (a twentieth of one connection's
+ * time at most, never more often than once a second), and with a handle of
+ * its own it runs on a thread, where the publishing loop never waits for it.
  */
 #ifndef ACEMQ_RELAY_GAUGES_H
 #define ACEMQ_RELAY_GAUGES_H

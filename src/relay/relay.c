@@ -8,39 +8,34 @@
  * Counters are guarded by a mutex because the metrics endpoint reads them
  * from its own thread.
  *
- * With a second outbox handle (opts.mark_outbox), run() pipelines full
- * batches: batch k+1 is claimed while the last confirms of batch k are still
- * in flight, then sent (acemq_broker_send) while they come in, so the
- * broker's window never drains between batches; batch k is collected once
- * k+1 is out, and marked on a marker thread. With a third handle
- * (opts.claim_outbox) the claim of batch k+1 runs on a claimer thread while
- * batch k is being sent, so a slow claim no longer stops the sending. Each
- * claimed batch is copied into one of three flights (claimed ahead, being
- * sent, at the broker), because the outbox handle's buffer is reused by the
- * next claim; a flight is refilled only after it was collected, and a mark
- * job only once the marker is done with it, so at most two batches are at
- * the broker, one is claimed ahead and two wait for or are in the marker:
- * memory stays bounded. A batch that is not full is collected and marked at
- * once on the main thread, as step() does: nothing is due to overlap with,
- * its confirms must not wait out a poll, and a thread hop would only add to
- * its latency.
+ * Opened on a URL (acemq_relay_open), the relay has four outbox handles:
+ * its own, the marker's, the claimer's and the gauges'. run() then
+ * pipelines full batches: batch k+1 is claimed on the claimer thread while
+ * batch k is sent, then sent (acemq_broker_send) while batch k's last
+ * confirms come in, so the broker's window never drains between batches;
+ * batch k is collected once k+1 is out, and marked on the marker thread.
+ * Each claimed batch is copied into one of three flights (claimed ahead,
+ * being sent, at the broker), because the outbox handle's buffer is reused
+ * by the next claim; a flight is refilled only after it was collected, and
+ * a mark job only once the marker is done with it, so at most two batches
+ * are at the broker, one is claimed ahead and two wait for or are in the
+ * marker: memory stays bounded. A batch that is not full is collected and
+ * marked at once on the main thread, as step() does: nothing is due to
+ * overlap with, its confirms must not wait out a poll, and a thread hop
+ * would only add to its latency. Given one handle (acemq_relay_new), run()
+ * steps on it and counts the gauges between batches.
  *
  * Claims and marks take turns: whichever thread runs one holds db_turn, so
- * a claim never runs beside a mark (unless opts.parallel_db). Overlapped, a
- * claim of 500 and a mark of 500 can take both CPUs of a two-CPU machine
- * for milliseconds, and a broker sharing it loses its CPU just then; taking
- * turns, the relay to RabbitMQ on PostgreSQL went from 0.89 to 0.91 of a
- * raw publisher's rate, in the middle of 26 pairs of runs
- * (docs/performance.md, bench_relay, "Sixteenth round"). Both together are
- * short beside a batch's time at the broker, so taking turns cost no
- * throughput at the rates measured (up to 19,000 records a second). The
+ * a claim never runs beside a mark. Overlapped, a claim and a mark of a
+ * few hundred records each can take both CPUs of a small machine at once,
+ * and a broker sharing it loses its CPU just then; both are short beside a
+ * batch's time at the broker, so taking turns costs no throughput. The
  * gauges' count stays outside the turns: on a large backlog it takes a
  * sizeable part of a second. Releases, rare, do not wait for a turn either.
  *
- * With a fourth handle (opts.gauge_outbox) the gauges are counted on a
- * thread of their own (gauges.h); without one, between batches. Either way
- * a count waits twenty times its own duration before the next, since it
- * reads every pending record.
+ * The gauges' handle counts on a thread of its own (gauges.h); without one
+ * they are counted between batches. Either way a count waits twenty times
+ * its own duration before the next, since it reads every pending record.
  *
  * A claim takes an ordering key's due records together (claim_runs); a
  * batch that holds several of one key goes out in waves (waves.h), one
@@ -68,121 +63,17 @@
 #include "relay/gauges.h"
 #include "relay/logfmt.h"
 #include "relay/mark_job.h"
+#include "relay/relay_internal.h"
 #include "relay/waves.h"
 #include "outbox/outbox_internal.h"
 
 const double acemq_relay_latency_bounds_ms[ACEMQ_RELAY_LATENCY_BUCKETS - 1] = {
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000};
 
-struct acemq_relay {
-    acemq_outbox *ob;
-    acemq_broker *b;
-    acemq_relay_options opts;
-    acemq_broker_msg *msgs;
-    acemq_publish_result *results;
-    acemq__mark_job jobs[3];   /* step(): jobs[0]; run(): 0-1 the marker's, 2 inline */
-    acemq__flight flights[3];  /* run() with a marker: claimed, sent, pending */
-    acemq__waves waves;        /* a batch with several records of a key; main thread */
-    int pending;               /* the flight sent and not yet collected; -1 none */
-    atomic_int stop_requested; /* acemq_relay_stop, from any thread */
-    pthread_mutex_t db_turn;   /* held by a claim or a mark (see above) */
-    pthread_mutex_t lock;
-    acemq_relay_stats stats;
-    char errmsg[512];
-};
-
-void acemq_relay_options_init(acemq_relay_options *o)
-{
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->batch = 100;
-    o->lease_ms = 30000;
-    o->poll_ms = 1000;
-}
-
 static void log_event(acemq_relay *r, const char *event, const char *k1, const char *v1,
                       const char *k2, const char *v2)
 {
     acemq__logfmt(r->opts.log, event, k1, v1, k2, v2);
-}
-
-/* Why the last acemq_relay_new in this thread failed: there is no handle to
- * hold the text, so acemq_relay_errmsg(NULL) reads it here. */
-static _Thread_local char new_error[512];
-
-static int new_failed(int code, const char *why)
-{
-    snprintf(new_error, sizeof new_error, "%s", why);
-    return code;
-}
-
-int acemq_relay_new(acemq_relay **out, acemq_outbox *ob, acemq_broker *b,
-                    const acemq_relay_options *o)
-{
-    if (!out) return new_failed(ACEMQ_EINVAL, "out must not be NULL");
-    *out = NULL;
-    if (!ob) return new_failed(ACEMQ_EINVAL, "ob (the outbox) must not be NULL");
-    if (!b) return new_failed(ACEMQ_EINVAL, "b (the broker) must not be NULL");
-    acemq_relay *r = calloc(1, sizeof *r);
-    if (!r) return new_failed(ACEMQ_ENOMEM, "out of memory");
-    if (o)
-        r->opts = *o;
-    else
-        acemq_relay_options_init(&r->opts);
-    const char *bad = NULL;
-    if (r->opts.batch < 1 || r->opts.batch > 100000)
-        bad = "batch must be within 1..100000";
-    else if (r->opts.lease_ms < 1)
-        bad = "lease_ms must be positive";
-    else if (r->opts.poll_ms < 1)
-        bad = "poll_ms must be positive";
-    if (bad) {
-        free(r);
-        return new_failed(ACEMQ_EINVAL, bad);
-    }
-    r->ob = ob;
-    r->b = b;
-    r->pending = -1;
-    size_t n = r->opts.batch;
-    r->msgs = calloc(n, sizeof *r->msgs);
-    r->results = calloc(n, sizeof *r->results);
-    if (!r->msgs || !r->results || pthread_mutex_init(&r->lock, NULL) != 0) {
-        free(r->msgs);
-        free(r->results);
-        free(r);
-        return new_failed(ACEMQ_ENOMEM, "out of memory for a batch");
-    }
-    if (pthread_mutex_init(&r->db_turn, NULL) != 0) {
-        pthread_mutex_destroy(&r->lock);
-        free(r->msgs);
-        free(r->results);
-        free(r);
-        return new_failed(ACEMQ_ENOMEM, "cannot create a mutex");
-    }
-    *out = r;
-    return 0;
-}
-
-void acemq_relay_free(acemq_relay *r)
-{
-    if (!r) return;
-    pthread_mutex_destroy(&r->db_turn);
-    pthread_mutex_destroy(&r->lock);
-    free(r->msgs);
-    free(r->results);
-    acemq__mark_job_free(&r->jobs[0]);
-    acemq__mark_job_free(&r->jobs[1]);
-    acemq__mark_job_free(&r->jobs[2]);
-    acemq__flight_free(&r->flights[0]);
-    acemq__flight_free(&r->flights[1]);
-    acemq__flight_free(&r->flights[2]);
-    acemq__waves_free(&r->waves);
-    free(r);
-}
-
-const char *acemq_relay_errmsg(const acemq_relay *r)
-{
-    return r ? r->errmsg : new_error;
 }
 
 void acemq_relay_stats_get(acemq_relay *r, acemq_relay_stats *out)
@@ -205,12 +96,12 @@ static int fail(acemq_relay *r, int code, const char *what, const char *why)
 /* A claim or a mark waits for the database to be the relay's alone. */
 static void db_turn_take(acemq_relay *r)
 {
-    if (!r->opts.parallel_db) pthread_mutex_lock(&r->db_turn);
+    pthread_mutex_lock(&r->db_turn);
 }
 
 static void db_turn_give(acemq_relay *r)
 {
-    if (!r->opts.parallel_db) pthread_mutex_unlock(&r->db_turn);
+    pthread_mutex_unlock(&r->db_turn);
 }
 
 /* Claims on ob, in the relay's database turn: a key's due records together
@@ -443,7 +334,7 @@ static void *marker_main(void *arg)
         pthread_mutex_unlock(&k->w.mu);
         /* An error is logged and counted by settle; the batch's records stay
          * leased and go again, so the marker carries on. */
-        (void)settle(k->r, k->r->opts.mark_outbox, &k->r->jobs[i]);
+        (void)settle(k->r, k->r->mark_ob, &k->r->jobs[i]);
         pthread_mutex_lock(&k->w.mu);
         k->busy[i] = 0;
         pthread_cond_broadcast(&k->w.cv);
@@ -535,7 +426,7 @@ static void release_flight(acemq_relay *r, acemq__flight *f)
 static int claim_ahead(void *ctx, int i, size_t *n)
 {
     acemq_relay *r = ctx;
-    return claim_into(r, r->opts.claim_outbox, i, n);
+    return claim_into(r, r->claim_ob, i, n);
 }
 
 static void release_ahead(void *ctx, int i)
@@ -679,22 +570,21 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
     log_event(r, "start", "backend", acemq_outbox_backend(r->ob), NULL, NULL);
     marker k = {.r = r, .waiting = -1};
     acemq__claimer c, *cp = NULL;
-    int pipelined = r->opts.mark_outbox != NULL;
+    int pipelined = r->mark_ob != NULL;
     if (pipelined) {
         if (acemq__worker_start(&k.w, 0, marker_main, &k) != 0)
             return fail(r, ACEMQ_ENOMEM, "run", "cannot start the marker thread");
-        if (r->opts.claim_outbox && acemq__claimer_start(&c, claim_ahead, release_ahead, r) != 0) {
+        if (r->claim_ob && acemq__claimer_start(&c, claim_ahead, release_ahead, r) != 0) {
             (void)fail(r, ACEMQ_ENOMEM, "run", "cannot start the claimer thread");
             log_event(r, "error", "where", "run", "error", "no claimer thread: claiming inline");
-        } else if (r->opts.claim_outbox) {
+        } else if (r->claim_ob) {
             cp = &c;
         }
     }
     acemq__gauges g, *gp = NULL;
-    if (r->opts.gauge_outbox &&
-        acemq__gauges_start(&g, r->opts.gauge_outbox, &r->lock, &r->stats) != 0)
+    if (r->gauge_ob && acemq__gauges_start(&g, r->gauge_ob, &r->lock, &r->stats) != 0)
         log_event(r, "error", "where", "run", "error", "no gauge thread: counting inline");
-    else if (r->opts.gauge_outbox)
+    else if (r->gauge_ob)
         gp = &g;
     double gauges_due = 0; /* without a gauge thread: when to count next */
     int broker_backoff = 0;
@@ -746,7 +636,7 @@ int acemq_relay_run(acemq_relay *r, volatile sig_atomic_t *stop)
     }
     if (gp) {
         acemq__gauges_stop(gp);
-        (void)acemq__gauges_refresh(r->opts.gauge_outbox, &r->lock, &r->stats);
+        (void)acemq__gauges_refresh(r->gauge_ob, &r->lock, &r->stats);
     } else {
         (void)refresh_gauges(r);
     }

@@ -25,6 +25,7 @@
 #include "conformance/outbox_fixture.h"
 #include "os/mono_time.h"
 #include "outbox/outbox_backend.h"
+#include "relay/relay_internal.h"
 
 static int use_pg;
 static int broker_seq;
@@ -280,10 +281,11 @@ static void *run_relay(void *arg)
     return NULL;
 }
 
-/* run() as `acemq relay` runs it, on a thread: a marker handle always, a
- * claimer handle when asked for. */
+/* run() on a thread: as `acemq relay` runs it (acemq_relay_open, its own
+ * handles: marker, claimer and gauges on threads of their own), or on the
+ * world's one handle (acemq_relay_new). */
 typedef struct pipe_run {
-    acemq_outbox *mark_ob, *claim_ob, *gauge_ob; /* gauge_ob: the caller's */
+    acemq_outbox *own_gauge_ob; /* the relay's gauge handle, while the caller's is in its slot */
     acemq_relay *r;
     runner x;
     pthread_t t;
@@ -357,9 +359,8 @@ static void watch_db(acemq_outbox *h)
 /* How pipe_start_with runs the relay. */
 typedef struct pipe_spec {
     size_t batch;
-    int claimer;            /* a claimer handle too */
-    acemq_outbox *gauge_ob; /* the caller's, or NULL */
-    int parallel_db;        /* acemq_relay_options.parallel_db */
+    int one_handle;         /* acemq_relay_new on the world's handle, not acemq_relay_open */
+    acemq_outbox *gauge_ob; /* the caller's, put in the relay's gauge slot; or NULL */
     int watch_db;           /* every handle's claims and marks counted (watch_db) */
     int poll_ms;            /* acemq_relay_options.poll_ms; 0: 5 */
 } pipe_spec;
@@ -367,30 +368,34 @@ typedef struct pipe_spec {
 static void pipe_start_with(world *w, pipe_run *p, const pipe_spec *spec)
 {
     memset(p, 0, sizeof *p);
-    p->mark_ob = outbox_fixture_open(&w->f);
-    if (spec->claimer) p->claim_ob = outbox_fixture_open(&w->f);
-    p->gauge_ob = spec->gauge_ob;
-    if (spec->watch_db) {
-        watch_db(w->ob);
-        watch_db(p->mark_ob);
-        if (p->claim_ob) watch_db(p->claim_ob);
-    }
     acemq_relay_options o;
     acemq_relay_options_init(&o);
     o.batch = spec->batch;
     o.poll_ms = spec->poll_ms ? spec->poll_ms : 5;
-    o.mark_outbox = p->mark_ob;
-    o.claim_outbox = p->claim_ob;
-    o.gauge_outbox = spec->gauge_ob;
-    o.parallel_db = spec->parallel_db;
-    assert_int_equal(acemq_relay_new(&p->r, w->ob, w->b, &o), 0);
+    if (spec->one_handle)
+        assert_int_equal(acemq_relay_new(&p->r, w->ob, w->b, &o), 0);
+    else
+        assert_int_equal(acemq_relay_open(&p->r, w->f.url, &w->f.opts, w->b, &o), 0);
+    if (spec->gauge_ob) {
+        acemq_outbox **slot = acemq__relay_outbox_slot(p->r, ACEMQ__RELAY_GAUGE);
+        p->own_gauge_ob = *slot;
+        *slot = spec->gauge_ob;
+    }
+    if (spec->watch_db) {
+        const acemq__relay_handle watched_handles[] = {ACEMQ__RELAY_MAIN, ACEMQ__RELAY_MARK,
+                                                       ACEMQ__RELAY_CLAIM};
+        for (size_t i = 0; i < sizeof watched_handles / sizeof *watched_handles; i++) {
+            acemq_outbox *h = *acemq__relay_outbox_slot(p->r, watched_handles[i]);
+            if (h) watch_db(h);
+        }
+    }
     p->x.r = p->r;
     assert_int_equal(pthread_create(&p->t, NULL, run_relay, &p->x), 0);
 }
 
-static void pipe_start(world *w, pipe_run *p, size_t batch, int claimer)
+static void pipe_start(world *w, pipe_run *p, size_t batch, int one_handle)
 {
-    pipe_start_with(w, p, &(pipe_spec){.batch = batch, .claimer = claimer});
+    pipe_start_with(w, p, &(pipe_spec){.batch = batch, .one_handle = one_handle});
 }
 
 /* Waits (bounded, on progress, not on time) until the counters reach
@@ -414,24 +419,31 @@ static void pipe_stop(pipe_run *p)
     assert_int_equal(p->x.rc, 0);
 }
 
+/* Frees the relay, its own handles back in their slots and unwatched. */
 static void pipe_free(pipe_run *p)
 {
+    if (p->own_gauge_ob) *acemq__relay_outbox_slot(p->r, ACEMQ__RELAY_GAUGE) = p->own_gauge_ob;
+    const acemq__relay_handle all[] = {ACEMQ__RELAY_MAIN, ACEMQ__RELAY_MARK, ACEMQ__RELAY_CLAIM,
+                                       ACEMQ__RELAY_GAUGE};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        acemq_outbox *h = *acemq__relay_outbox_slot(p->r, all[i]);
+        if (h && h->methods == &watched_methods) h->methods = real_methods;
+    }
     acemq_relay_free(p->r);
-    acemq_outbox_close(p->claim_ob);
-    acemq_outbox_close(p->mark_ob);
 }
 
-/* run() pipelined: marks trail the publishes by a batch, claims run ahead,
- * confirms stay in flight across batches, and every record still goes
- * once, in order per key, with failures marked too. */
-static void pipelined_marks_everything(world *w, int claimer)
+/* run() pipelined (opened on the URL): marks trail the publishes by a
+ * batch, claims run ahead, confirms stay in flight across batches; or run()
+ * on one handle, a batch at a time. Either way every record goes once, in
+ * order per key, with failures marked too. */
+static void run_marks_everything(world *w, int one_handle)
 {
     add_n(w, 300, "orders", NULL);
     add_n(w, 40, "keyed", "k");
     acemq__memory_broker_unroutable(w->probe, "nowhere");
     add_n(w, 2, "nowhere", NULL);
     pipe_run p;
-    pipe_start(w, &p, 7, claimer); /* many batches, so claims, sends and marks overlap often */
+    pipe_start(w, &p, 7, one_handle); /* many batches, so claims, sends and marks overlap often */
     pipe_wait(&p, 340, 342);
     pipe_stop(&p);
     acemq_relay_stats s;
@@ -457,14 +469,14 @@ static void pipelined_marks_everything(world *w, int claimer)
     pipe_free(&p);
 }
 
-static void pipelined_run_marks_everything(void **state)
+static void run_on_one_handle_marks_everything(void **state)
 {
-    pipelined_marks_everything(*state, 0);
+    run_marks_everything(*state, 1);
 }
 
-static void pipelined_run_with_claimer_marks_everything(void **state)
+static void pipelined_run_marks_everything(void **state)
 {
-    pipelined_marks_everything(*state, 1);
+    run_marks_everything(*state, 0);
 }
 
 /* A backlog over many ordering keys: each claim takes one record per key
@@ -472,7 +484,7 @@ static void pipelined_run_with_claimer_marks_everything(void **state)
  * record due. The relay claims again at once instead of waiting for its
  * poll, here an hour that no test outlives, so the backlog drains; each
  * key's records still arrive in their order. */
-static void keyed_backlog_drains_without_waiting_for_the_poll(world *w, int claimer)
+static void keyed_backlog_drains_without_waiting_for_the_poll(world *w, int one_handle)
 {
     enum { KEYS = 20, PER_KEY = 15, TOTAL = KEYS * PER_KEY };
     outbox_sql(&w->f, NULL, "BEGIN");
@@ -490,7 +502,8 @@ static void keyed_backlog_drains_without_waiting_for_the_poll(world *w, int clai
     }
     outbox_sql(&w->f, NULL, "COMMIT");
     pipe_run p;
-    pipe_start_with(w, &p, &(pipe_spec){.batch = 100, .claimer = claimer, .poll_ms = 3600 * 1000});
+    pipe_start_with(w, &p,
+                    &(pipe_spec){.batch = 100, .one_handle = one_handle, .poll_ms = 3600 * 1000});
     pipe_wait(&p, TOTAL, TOTAL);
     pipe_stop(&p);
     assert_int_equal(acemq__memory_broker_count(w->probe), TOTAL);
@@ -508,14 +521,14 @@ static void keyed_backlog_drains_without_waiting_for_the_poll(world *w, int clai
     pipe_free(&p);
 }
 
-static void keyed_backlog_drains(void **state)
-{
-    keyed_backlog_drains_without_waiting_for_the_poll(*state, 0);
-}
-
-static void keyed_backlog_drains_with_claimer(void **state)
+static void keyed_backlog_drains_on_one_handle(void **state)
 {
     keyed_backlog_drains_without_waiting_for_the_poll(*state, 1);
+}
+
+static void keyed_backlog_drains_pipelined(void **state)
+{
+    keyed_backlog_drains_without_waiting_for_the_poll(*state, 0);
 }
 
 /* How many times the broker holds id. */
@@ -541,7 +554,7 @@ static void pipelined_drop_leaves_both_batches(void **state)
     add_n(w, 20, "orders", NULL);
     acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_DROP, 1, 15);
     pipe_run p;
-    pipe_start(w, &p, 10, 1);
+    pipe_start(w, &p, 10, 0);
     pipe_wait(&p, 0, 20);
     pipe_stop(&p);
     acemq_relay_stats s;
@@ -571,7 +584,7 @@ static void pipelined_nack_fails_exactly_those(void **state)
     add_n(w, 20, "orders", NULL);
     acemq__memory_broker_fault(w->probe, ACEMQ__FAULT_NACK, 3, 12);
     pipe_run p;
-    pipe_start(w, &p, 10, 1);
+    pipe_start(w, &p, 10, 0);
     pipe_wait(&p, 17, 20);
     pipe_stop(&p);
     acemq_relay_stats s;
@@ -607,7 +620,7 @@ static void stop_releases_what_was_claimed_ahead(void **state)
     world *w = *state;
     add_n(w, 1000, "orders", NULL);
     pipe_run p;
-    pipe_start(w, &p, 10, 1);
+    pipe_start(w, &p, 10, 0);
     pipe_wait(&p, 100, 100);
     pipe_stop(&p);
     acemq_relay_stats s;
@@ -653,8 +666,8 @@ static void gauges_wait(pipe_run *p, uint64_t pending, uint64_t dead)
              (unsigned long long)s.dead);
 }
 
-/* Without a gauge handle run() counts on its own handle, between batches
- * and once more before it returns. The count that sees the outbox drained
+/* On one handle run() counts on it, between batches and once more before
+ * it returns. The count that sees the outbox drained
  * comes a second after the first (the shortest interval), while run() still
  * runs. */
 static void run_counts_its_own_outbox(void **state)
@@ -674,8 +687,9 @@ static void run_counts_its_own_outbox(void **state)
     pipe_free(&p);
 }
 
-/* With a gauge handle every count is made on it and on no other. The
- * handle here is, unlike in use, on a second outbox, whose counts (3
+/* Opened on a URL, the relay makes every count on its gauge handle and on
+ * no other. The handle in that slot here is, unlike in use, on a second
+ * outbox, whose counts (3
  * pending, 2 dead) the drained one never has: the gauges may read 0 before
  * the first count, and those counts after it, and nothing else (the main
  * loop counting would show the 300 being drained). */
@@ -688,7 +702,7 @@ static void gauges_are_counted_on_their_own_handle(void **state)
     acemq_outbox *gauge_ob = outbox_fixture_open(&other);
     add_n(w, 300, "orders", NULL);
     pipe_run p;
-    pipe_start_with(w, &p, &(pipe_spec){.batch = 7, .claimer = 1, .gauge_ob = gauge_ob});
+    pipe_start_with(w, &p, &(pipe_spec){.batch = 7, .gauge_ob = gauge_ob});
     acemq_relay_stats s;
     for (int i = 0; i < 60000; i++) {
         acemq_relay_stats_get(p.r, &s);
@@ -708,36 +722,24 @@ static void gauges_are_counted_on_their_own_handle(void **state)
     outbox_fixture_free(&other);
 }
 
-/* Runs 300 records through run() with a claimer and a marker, every handle
- * watched; returns the most claims and marks seen at once. */
-static int most_db_statements_at_once(world *w, int parallel_db)
+/* Claims and marks never run at once: 300 records through run() with the
+ * claimer and the marker, every handle of the relay watched. */
+static void claims_and_marks_take_turns(void **state)
 {
+    world *w = *state;
     atomic_store(&db_inside, 0);
     atomic_store(&db_most_inside, 0);
     atomic_store(&db_claims_started, 0);
     atomic_store(&db_first_mark_seen, 0);
     add_n(w, 300, "orders", NULL);
     pipe_run p;
-    pipe_start_with(
-        w, &p, &(pipe_spec){.batch = 7, .claimer = 1, .parallel_db = parallel_db, .watch_db = 1});
+    pipe_start_with(w, &p, &(pipe_spec){.batch = 7, .watch_db = 1});
     pipe_wait(&p, 300, 300);
     pipe_stop(&p);
     assert_int_equal(acemq__memory_broker_count(w->probe), 300);
-    w->ob->methods = real_methods; /* teardown closes it */
     pipe_free(&p);
-    return atomic_load(&db_most_inside);
-}
-
-/* By default a claim never runs beside a mark: they take turns. */
-static void claims_and_marks_take_turns(void **state)
-{
-    assert_int_equal(most_db_statements_at_once(*state, 0), 1);
-}
-
-/* With parallel_db they may, and the first mark's wait sees it happen. */
-static void parallel_db_lets_a_claim_run_beside_a_mark(void **state)
-{
-    assert_int_equal(most_db_statements_at_once(*state, 1), 2);
+    assert_true(atomic_load(&db_claims_started) > 0);
+    assert_int_equal(atomic_load(&db_most_inside), 1);
 }
 
 int main(int argc, char **argv)
@@ -751,19 +753,16 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(confirm_timeout_marks_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_broker_releases, setup, teardown),
         cmocka_unit_test_setup_teardown(ordering_key_survives_a_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(run_on_one_handle_marks_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(pipelined_run_marks_everything, setup, teardown),
-        cmocka_unit_test_setup_teardown(pipelined_run_with_claimer_marks_everything, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(keyed_backlog_drains, setup, teardown),
-        cmocka_unit_test_setup_teardown(keyed_backlog_drains_with_claimer, setup, teardown),
+        cmocka_unit_test_setup_teardown(keyed_backlog_drains_on_one_handle, setup, teardown),
+        cmocka_unit_test_setup_teardown(keyed_backlog_drains_pipelined, setup, teardown),
         cmocka_unit_test_setup_teardown(pipelined_drop_leaves_both_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(pipelined_nack_fails_exactly_those, setup, teardown),
         cmocka_unit_test_setup_teardown(stop_releases_what_was_claimed_ahead, setup, teardown),
         cmocka_unit_test_setup_teardown(run_counts_its_own_outbox, setup, teardown),
         cmocka_unit_test_setup_teardown(gauges_are_counted_on_their_own_handle, setup, teardown),
         cmocka_unit_test_setup_teardown(claims_and_marks_take_turns, setup, teardown),
-        cmocka_unit_test_setup_teardown(parallel_db_lets_a_claim_run_beside_a_mark, setup,
-                                        teardown),
     };
     return cmocka_run_group_tests_name(use_pg ? "relay (postgres outbox)" : "relay (sqlite outbox)",
                                        tests, NULL, NULL);

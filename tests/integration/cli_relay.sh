@@ -108,14 +108,13 @@ check "retry of a record that is not dead: exit 1" test $? = 1
 check "purge removes what was published" sh -c "'$acemq' outbox purge --outbox '$url' --older-than 0 | grep -qx 'purged 50'"
 
 # --delete-published: what was confirmed is gone from the table, not kept.
-# With --parallel-db, so that the flag is taken (an unknown one exits 2).
 db2=$tmp/deleting.db
 "$acemq" outbox status --outbox "sqlite:$db2" >/dev/null # makes the schema
 sqlite3 "$db2" "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20)
   INSERT INTO acemq_outbox(id, destination, routing_key, body)
   SELECT printf('gone-%02d', i), 'orders', 'order.created', CAST('{}' AS BLOB) FROM g;"
 start_relay "$tmp/relay2.log" --outbox "sqlite:$db2" --broker memory:deleting --poll 0.05 \
-    --delete-published --parallel-db
+    --delete-published
 published=0
 for _ in $(seq 1 600); do
     if metrics 2>/dev/null; then
@@ -139,8 +138,11 @@ check "lease not above the confirm timeout: exit 2" test $? = 2
 "$acemq" relay --outbox "$url" --broker memory: --synchronous sometimes 2>"$tmp/sync.err"
 check "unknown --synchronous: exit 2" test $? = 2
 check "unknown --synchronous: the choices named" grep -q 'full, normal or off' "$tmp/sync.err"
-"$acemq" relay --outbox "kafka://x" --broker memory: >/dev/null 2>&1
+"$acemq" relay --outbox "kafka://x" --broker memory: >/dev/null 2>"$tmp/kafka.err"
 check "unknown outbox URL: exit 1" test $? = 1
+check "unknown outbox URL: says which" grep -q "outbox kafka://x" "$tmp/kafka.err"
+timeout 10 "$acemq" relay --outbox "$url" --broker memory: --parallel-db >/dev/null 2>&1
+check "--parallel-db is no option: exit 2" test $? = 2
 "$acemq" outbox purge --outbox "$url" >/dev/null 2>&1
 check "purge without --older-than: exit 2" test $? = 2
 # A broker nobody answers for at start (nothing listens on loopback port 1)

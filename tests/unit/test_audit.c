@@ -366,11 +366,11 @@ static int check_either(acemq_audit *a, const char *producer, uint64_t seq, int 
     return check_id(a, id, cause);
 }
 
-/* Random walks with jumps, stragglers (into the slack past depth and just
- * beyond it) and rollbacks, at depths on and off the ring's powers of two,
+/* Random walks with gaps of up to 64 (which the window slides over inline),
+ * longer jumps, stragglers (into the slack past depth and just beyond it)
+ * and rollbacks, at depths on and off the ring's powers of two,
  * under both policies, must answer exactly as the model does: for
- * producers of every length class the check path tells apart (up to 8
- * bytes, 9-16, 17-32 with its straight-line path, longer), by split
+ * producers short and long (8, 9-16, 17-32 and 48 bytes), by split
  * producer and by text id, from sequence 5000 and from 0 (a window that
  * first grows from its start). */
 static void run_against_model(unsigned flags)
@@ -397,8 +397,10 @@ static void run_against_model(unsigned flags)
         for (int i = 0; i < STEPS && cur < RANGE - 20000; i++) {
             int r = rand() % 100;
             uint64_t seq;
-            if (r < 50)
+            if (r < 40)
                 seq = ++cur;
+            else if (r < 50) /* a gap, as competing consumers leave: the window's inline case */
+                seq = cur += 2 + (uint64_t)(rand() % 63);
             else if (r < 55)
                 seq = cur += (uint64_t)(rand() % (int)(3 * depth + 2));
             else if (r < 90)

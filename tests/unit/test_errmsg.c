@@ -687,6 +687,24 @@ static void relay_calls(void **state)
     RELAY_NEW_EXPECT(ob, b, ACEMQ_EINVAL, "poll_ms", acemq_relay_new(&r, ob, b, &o));
     assert_null(r);
 
+    /* acemq_relay_open says why in the same place, an outbox it cannot
+     * open included. */
+    RELAY_NEW_EXPECT(ob, b, ACEMQ_EINVAL, "out must not be NULL",
+                     acemq_relay_open(NULL, url, &oo, b, NULL));
+    RELAY_NEW_EXPECT(ob, b, ACEMQ_EINVAL, "outbox_url must not be NULL",
+                     acemq_relay_open(&r, NULL, &oo, b, NULL));
+    RELAY_NEW_EXPECT(ob, b, ACEMQ_EINVAL, "b (the broker) must not be NULL",
+                     acemq_relay_open(&r, url, &oo, NULL, NULL));
+    acemq_relay_options_init(&o);
+    o.lease_ms = 0;
+    RELAY_NEW_EXPECT(ob, b, ACEMQ_EINVAL, "lease_ms", acemq_relay_open(&r, url, &oo, b, &o));
+    RELAY_NEW_EXPECT(ob, b, ACEMQ_EURL, "outbox kafka://x",
+                     acemq_relay_open(&r, "kafka://x", &oo, b, NULL));
+    assert_null(r);
+    assert_int_equal(acemq_relay_open(&r, url, &oo, b, NULL), 0);
+    acemq_relay_free(r);
+    r = NULL;
+
     /* A step's failures: the outbox locked, then the broker refusing; and
      * run without its stop flag. */
     assert_int_equal(acemq_relay_new(&r, ob, b, NULL), 0);
