@@ -4,9 +4,8 @@
  * Why: rabbitmq-c's amqp_basic_publish writes each of a message's three
  * frames (method, content header, body) with a send() of its own. On
  * loopback every send runs the kernel's TCP path for both ends, and on a
- * virtual machine a system call is dear: three per message were most of
- * what the relay's publishing thread spent (docs/performance.md, bench_relay,
- * "Thirteenth round"). The frames of a run of messages, encoded here with
+ * virtual machine a system call is dear: three per message would be most
+ * of what the relay's publishing thread spends. The frames of a run of messages, encoded here with
  * rabbitmq-c's own encoders for the method and the properties, go out in
  * one write instead. rabbitmq-c writes nothing of its own between our runs
  * but heartbeats, whole frames from the same thread, so the stream stays a

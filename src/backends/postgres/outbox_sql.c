@@ -15,11 +15,11 @@
  * row version on the same page as a HOT update, with no new index entries
  * (else three: the primary key, id and the due index). A page fills at 11
  * to 13 rows of 200-byte bodies, and a claim of them all needs room for as
- * many new versions: at 70 most claims still left the page. Outbox rows are
- * short-lived, so the table's size is the backlog's, doubled. Measured: claim + mark 1.4-1.8x the
- * records/s of the default 100, 2.3-2.8x with delete_on_publish (docs/performance.md). Set at
- * creation only: a table made by an earlier version keeps its fillfactor, which an operator may
- * have chosen (docs/schema.md says how to change it).
+ * many new versions, which a fillfactor of 70 does not leave. Outbox rows
+ * are short-lived, so the table's size is the backlog's, doubled, and a
+ * claim and a mark write no index. Set at creation only: a table made by an
+ * earlier version keeps its fillfactor, which an operator may have chosen
+ * (docs/schema.md says how to change it).
  *
  * id and ordering_key are COLLATE "C": acemq only asks whether two of them
  * are equal, which every deterministic collation answers byte for byte, but

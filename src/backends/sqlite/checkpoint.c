@@ -1,23 +1,21 @@
 /* checkpoint.c — when and how the SQLite store checkpoints the WAL of
  * its own connections (a caller's connection keeps its own settings). The
- * store calls it after every write; docs/sqlite-store.md has the figures.
+ * store calls it after every write.
  *
  * SQLite's auto-checkpoint runs inside the committing sqlite3_step, after the
  * write lock is let go, so another connection may commit meanwhile; inside the
  * writer queue it would instead stop every writer of the process for the
- * checkpoint's copying and fsyncs (measured: two threads at normal 8,300-8,800
- * pairs/s with it, 9,400-10,200 as below). So the hook only counts (wal_hook),
+ * checkpoint's copying and fsyncs. So the hook only counts (wal_hook),
  * and once the queue is given back a PASSIVE checkpoint copies the WAL while
  * others write.
  *
  * That alone never lets the WAL start over while two threads write: the
  * checkpoint completes up to where the WAL ended when it began, another
  * thread's commit lands behind it, and SQLite restarts the WAL only for a
- * writer that finds every frame copied (measured: a WAL of every frame ever
- * written, 480 MB after 3 s; and as it grows, each fdatasync pays for the new
- * file size). Every try would also fsync again (0.7 more fsyncs a pair with
- * synchronous=full). So tries are spaced, one per AUTOCHECKPOINT_FRAMES
- * frames the WAL grew since the last try, per file (the floor, kept in the
+ * writer that finds every frame copied, so the WAL would hold every frame
+ * ever written, and each fdatasync would pay for its growing size. Every try would also fsync again
+ * (0.7 more fsyncs a pair with synchronous=full). So tries are spaced, one per
+ * AUTOCHECKPOINT_FRAMES frames the WAL grew since the last try, per file (the floor, kept in the
  * file's writer queue note), as one connection alone would try; and each ends
  * with a RESTART checkpoint with the queue held, which copies the few frames
  * committed meanwhile and starts the WAL over. It waits for readers still in

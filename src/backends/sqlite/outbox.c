@@ -677,9 +677,8 @@ static int open_url(acemq_outbox *h, const acemq__url *url)
                                            "PRAGMA synchronous=FULL"};
     /* The idempotency store's busy handler (backends/sqlite/busy.c), not
      * sqlite3_busy_timeout: SQLite's own sleeps 1, 2, 5, 10 ... 100 ms
-     * between tries, and a relay's mark that met a producer's commit slept
-     * 10-80 ms for a lock held for one, which was the relay's latency tail
-     * on SQLite (docs/performance.md, bench_relay, "Fourth round"). */
+     * between tries, so a relay's mark that meets a producer's commit would
+     * sleep 10-80 ms for a lock held for one. */
     acemq__sqlite_busy_init(&s->busy, h->opts.busy_timeout_ms);
     rc = sqlite3_busy_handler(s->db, acemq__sqlite_busy_handler, &s->busy);
     if (rc != SQLITE_OK) rc = sq_fail(h, s->db, rc, "busy_handler");

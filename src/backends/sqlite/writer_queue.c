@@ -41,20 +41,18 @@
  * The queue is not strictly FIFO (Go's sync.Mutex is the model). In WAL mode a
  * connection that sees another's commit drops its whole page cache, so if two
  * threads took strict turns every write would start by re-reading the B-tree
- * (measured: 8 preads a pair instead of none, and two threads slower than
- * one). So a thread that releases and comes straight back, or any thread that
- * arrives while the queue is free, may take it before the woken waiter runs,
- * and writes go in bursts. A waiter that has waited QUEUE_STARVE_NS is not
- * passed over again: the next release hands the queue to it directly. No
- * waiter waits much longer than that plus one write transaction.
+ * and two threads would write slower than one. So a thread that releases and comes straight back,
+ * or any thread that arrives while the queue is free, may take it before the woken waiter runs, and
+ * writes go in bursts. A waiter that has waited QUEUE_STARVE_NS is not passed over again: the next
+ * release hands the queue to it directly. No waiter waits much longer than that plus one write
+ * transaction.
  *
  * A release wakes the first waiter at once. If that waiter then finds the
  * queue taken again, its holder is evidently running and coming straight
  * back, and waking the waiter on each of its releases would only cost both
- * threads a context switch per write (measured: 1.2 a pair, a fifth of the
- * throughput). So until it gets the queue or starves, that waiter looks again
- * every QUEUE_POLL_NS instead and releases leave it be; a holder that does
- * not come back leaves the queue idle that long at most.
+ * threads a context switch per write. So until it gets the queue or starves, that waiter looks
+ * again every QUEUE_POLL_NS instead and releases leave it be; a holder that does not come back
+ * leaves the queue idle that long at most.
  */
 #include <errno.h>
 #include <pthread.h>
