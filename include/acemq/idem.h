@@ -185,6 +185,60 @@ ACEMQ_EXTERN int acemq_idem_purge(acemq_idem *h, uint64_t *purged);
 /* Copies the counters. */
 ACEMQ_EXTERN int acemq_idem_stats_get(acemq_idem *h, acemq_idem_stats *out);
 
+/* ---- For operators (`acemq idem`): what the store holds, id by id ---- */
+
+/* The state of one id's record, as of the store's clock. */
+typedef enum acemq_idem_state {
+    ACEMQ_IDEM_HELD = 1,      /* claimed, the lease still running: a holder works on it */
+    ACEMQ_IDEM_ABANDONED = 2, /* claimed and the lease ran out, or released: the next
+                                 try_claim takes it over */
+    ACEMQ_IDEM_CONFIRMED = 3, /* done; duplicates are answered ALREADY_CONFIRMED */
+    ACEMQ_IDEM_EXPIRED = 4    /* confirmed, retention over: forgotten, and purge removes it */
+} acemq_idem_state;
+
+/* One id's record (acemq_idem_inspect). */
+typedef struct acemq_idem_record {
+    int state;              /* an acemq_idem_state */
+    uint64_t token;         /* the current or last claim's fencing token */
+    int64_t lease_until_ms; /* HELD, ABANDONED: when the lease ends or ended */
+    int64_t expires_ms;     /* CONFIRMED, EXPIRED: when retention ends or ended */
+    int has_result;         /* a result was stored at confirm */
+    size_t result_len;
+    size_t fingerprint_len; /* 0: none */
+} acemq_idem_record;
+
+/* The store as a whole (acemq_idem_counts_get). */
+typedef struct acemq_idem_counts {
+    uint64_t held, abandoned, confirmed, expired; /* records in each acemq_idem_state */
+    /* The held claim whose lease ends first: the next one a stalled holder
+     * would lose. has_next_lease 0: nothing is held. The id is cut at
+     * sizeof next_id bytes; next_id_len is its full length. */
+    int has_next_lease;
+    unsigned char next_id[256];
+    size_t next_id_len;
+    uint64_t next_token;
+    int64_t next_lease_until_ms;
+} acemq_idem_counts;
+
+/* Counts the records by state. Reads the whole store: for an operator, not
+ * for every message. ACEMQ_ENOTSUP when the backend cannot. */
+ACEMQ_EXTERN int acemq_idem_counts_get(acemq_idem *h, acemq_idem_counts *out);
+
+/* The record of one id: 0 with *out filled, ACEMQ_ENOENT when the store
+ * holds nothing for it. */
+ACEMQ_EXTERN int acemq_idem_inspect(acemq_idem *h, const void *id, size_t id_len,
+                                    acemq_idem_record *out);
+
+/* Forgets one id on purpose, whatever its state, so that its message is
+ * processed again when it comes back. A holder's token goes stale: its
+ * confirm, release or renew answers ACEMQ_ESTALE, and no later claim gets
+ * its token again (as after a purge). 1 when a record went, 0 when there
+ * was none. */
+ACEMQ_EXTERN int acemq_idem_forget(acemq_idem *h, const void *id, size_t id_len);
+
+/* The name of an acemq_idem_state: "held", "abandoned", "confirmed", "expired". */
+ACEMQ_EXTERN const char *acemq_idem_state_name(int state);
+
 /* The last error this handle met, in the backend's own words where it had some
  * (what SQLite said, for instance), else naming the argument that was wrong.
  * "" when none; a call that succeeds leaves it as it was. With h NULL: why the

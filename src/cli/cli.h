@@ -24,6 +24,7 @@ typedef struct acemq__cli_command {
 int acemq__cli_audit(int argc, char **argv);
 int acemq__cli_relay(int argc, char **argv);
 int acemq__cli_outbox(int argc, char **argv);
+int acemq__cli_idem(int argc, char **argv);
 
 /* Matches argv[*i] against option `name` ("--depth") given as "--depth VALUE"
  * or "--depth=VALUE". 0: not this option. 1: matched, *value set, *i moved past

@@ -14,6 +14,7 @@ static const acemq__cli_command commands[] = {
      acemq__cli_audit},
     {"relay", "publish committed outbox records to the broker, with confirms", acemq__cli_relay},
     {"outbox", "look at and mend an outbox: status, dead, retry, purge", acemq__cli_outbox},
+    {"idem", "look at and mend an idempotency store: status, show, forget, purge", acemq__cli_idem},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -34,6 +35,7 @@ static void usage(FILE *f)
           "  acemq relay --outbox sqlite:/var/lib/shop/shop.db"
           " --broker amqp://guest:guest@127.0.0.1:5672/\n"
           "  acemq outbox status --outbox postgres://ops@db/shop\n"
+          "  acemq idem status --store sqlite:/var/lib/shop/idem.db\n"
           "  acemq audit ids.txt\n",
           f);
 }

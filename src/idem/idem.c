@@ -232,6 +232,11 @@ static int take_id(acemq_idem *h, size_t i, const void *id, size_t len, acemq__b
     return 0;
 }
 
+int acemq__idem_take_id(acemq_idem *h, const void *id, size_t len, acemq__bytes *out)
+{
+    return take_id(h, NOT_IN_BATCH, id, len, out);
+}
+
 static int64_t now_ms(acemq_idem *h)
 {
     return h->clock.now_ms(h->clock.ctx);

@@ -69,6 +69,14 @@ typedef struct acemq__idem_methods {
     int (*try_claim_many)(acemq_idem *h, size_t n, const acemq__bytes *ids,
                           const acemq__claim_args *a, acemq_claim *out, int *status);
 
+    /* For operators; each optional (NULL: ACEMQ_ENOTSUP). States are
+     * decided at now_ms (acemq_idem_state). counts gets *out zeroed. inspect
+     * returns 0 or ACEMQ_ENOENT. forget returns 1 or 0, and no later
+     * claim may get the forgotten record's token again. */
+    int (*counts)(acemq_idem *h, int64_t now_ms, acemq_idem_counts *out);
+    int (*inspect)(acemq_idem *h, const acemq__bytes *id, int64_t now_ms, acemq_idem_record *out);
+    int (*forget)(acemq_idem *h, const acemq__bytes *id, int64_t now_ms);
+
     /* Version 3, optional (NULL: not called). Called by try_claim on the
      * checked id before the core's own work (options, clock, counters), so
      * that a backend can start the memory read the claim will wait for and
@@ -110,6 +118,10 @@ struct acemq_idem {
  * write `return acemq__idem_fail(h, ACEMQ_EIO, "sqlite: %s", sqlite3_errmsg(db));`. */
 int acemq__idem_fail(acemq_idem *h, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Checks a single call's id and wraps it in *out; on failure the handle
+ * says what was wrong (src/idem/idem_admin.c shares idem.c's checks). */
+int acemq__idem_take_id(acemq_idem *h, const void *id, size_t len, acemq__bytes *out);
 
 /* Sets why an open failed before it had a handle, the text that
  * acemq_idem_errmsg(NULL) reads in this thread, and returns code. */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_DIRS 256
@@ -25,16 +26,47 @@ static void remove_made_dirs(void)
     n_made_dirs = 0;
 }
 
+/* A name no earlier run or other process of this run has used: shared
+ * servers keep what tests write, so each store gets its own table or key
+ * prefix. */
+static void fresh_name(char *out, size_t cap)
+{
+    static unsigned counter;
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(out, cap, "t%lx_%lx_%u", (unsigned long)getpid(), (unsigned long)ts.tv_nsec,
+             __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+}
+
+/* The server's URL from the environment scripts/services.sh exports, or
+ * exit 77 (ctest's skip; scripts/ctest-strict.sh fails a run that skips). */
+static const char *server_url(const char *var)
+{
+    const char *v = getenv(var);
+    if (!v || !*v) {
+        fprintf(stderr, "%s is not set: start the server with scripts/services.sh\n", var);
+        exit(77);
+    }
+    return v;
+}
+
 int test_backend_fresh_url(const char *backend, char *url, size_t cap)
 {
+    char name[64];
     if (strcmp(backend, "memory") == 0) {
         snprintf(url, cap, "memory:");
         return 0;
     }
-    if (strcmp(backend, "memory-presize") == 0) {
-        /* Tables sized for max_entries at open; small enough that the many
-         * stores a suite opens stay cheap. */
-        snprintf(url, cap, "memory:?presize=1&max_entries=65536");
+    if (strcmp(backend, "postgres") == 0) {
+        const char *base = server_url("ACEMQ_PG_URL");
+        fresh_name(name, sizeof name);
+        snprintf(url, cap, "%s%stable=idem_%s", base, strchr(base, '?') ? "&" : "?", name);
+        return 0;
+    }
+    if (strcmp(backend, "redis") == 0) {
+        const char *base = server_url("ACEMQ_REDIS_URL");
+        fresh_name(name, sizeof name);
+        snprintf(url, cap, "%s%sprefix=%s", base, strchr(base, '?') ? "&" : "?", name);
         return 0;
     }
     if (strcmp(backend, "sqlite") != 0) return -1;
@@ -53,14 +85,17 @@ int test_backend_fresh_url(const char *backend, char *url, size_t cap)
 
 const char *test_backend_kind(const char *backend)
 {
-    return strcmp(backend, "memory-presize") == 0 ? "memory" : backend;
+    return backend;
 }
 
 const char *test_backend_from_args(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "memory") != 0 && strcmp(argv[1], "memory-presize") != 0 &&
-                     strcmp(argv[1], "sqlite") != 0)) {
-        fprintf(stderr, "usage: %s memory|memory-presize|sqlite\n", argc > 0 ? argv[0] : "test");
+    static const char *const known[] = {"memory", "sqlite", "postgres", "redis"};
+    int ok = 0;
+    for (size_t i = 0; argc >= 2 && i < sizeof known / sizeof *known; i++)
+        if (strcmp(argv[1], known[i]) == 0) ok = 1;
+    if (!ok) {
+        fprintf(stderr, "usage: %s memory|sqlite|postgres|redis\n", argc > 0 ? argv[0] : "test");
         exit(2);
     }
     return argv[1];

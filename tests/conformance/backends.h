@@ -5,10 +5,12 @@
 #include <stddef.h>
 #include "acemq/idem.h"
 
-/* Writes a URL naming a new, empty store of backend ("memory", "memory-presize"
- * (tables sized at open) or "sqlite")
- * into url. SQLite files go to a fresh temporary folder that is removed at
- * exit. Returns 0, or -1 for an unknown backend name. */
+/* Writes a URL naming a new, empty store of backend ("memory", "sqlite",
+ * "postgres" or "redis") into url. SQLite files go to a fresh temporary
+ * folder that is removed at exit; a PostgreSQL store gets a table of its own
+ * (?table=) on $ACEMQ_PG_URL, a Redis store a key prefix of its own
+ * (?prefix=) on $ACEMQ_REDIS_URL; without that variable the test exits 77.
+ * Returns 0, or -1 for an unknown backend name. */
 int test_backend_fresh_url(const char *backend, char *url, size_t cap);
 
 /* The name acemq_idem_backend() reports for a store of backend. */

@@ -1,5 +1,5 @@
 /* test_idem_conformance.c — the idempotency store's contract, run against
- * every backend: `test_idem_conformance memory|sqlite`.
+ * every backend: `test_idem_conformance memory|sqlite|postgres|redis`.
  *
  * Time moves only through a manual clock; nothing sleeps. */
 #include <setjmp.h>
@@ -14,50 +14,14 @@
 
 #include "acemq/acemq.h"
 #include "conformance/backends.h"
+#include "conformance/idem_fixture.h"
 
-#define T0 1700000000000LL
 #define LEASE 30000LL
 #define RETENTION 3600000LL
-
-static const char *backend;
-
-typedef struct fixture {
-    acemq_manual_clock *clock;
-    acemq_idem *store;
-    char url[512];
-} fixture;
-
-static int open_fixture(void **state, int64_t lease, int64_t retention)
-{
-    fixture *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    assert_int_equal(acemq_manual_clock_new(&f->clock, T0), 0);
-    assert_int_equal(test_backend_fresh_url(backend, f->url, sizeof f->url), 0);
-    acemq_idem_options o;
-    acemq_idem_options_init(&o);
-    o.clock = acemq_manual_clock_get(f->clock);
-    o.lease_ms = lease;
-    o.retention_ms = retention;
-    o.synchronous = ACEMQ_SYNC_NORMAL;
-    int rc = acemq_idem_open(&f->store, f->url, &o);
-    if (rc != 0) fail_msg("open %s: %s", f->url, acemq_strerror(rc));
-    assert_string_equal(acemq_idem_backend(f->store), test_backend_kind(backend));
-    *state = f;
-    return 0;
-}
 
 static int setup(void **state)
 {
     return open_fixture(state, LEASE, RETENTION);
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    acemq_idem_close(f->store);
-    acemq_manual_clock_free(f->clock);
-    free(f);
-    return 0;
 }
 
 static int try_claim(fixture *f, const char *id, acemq_claim *c)

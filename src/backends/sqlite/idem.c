@@ -683,4 +683,7 @@ const acemq__idem_methods acemq__sqlite_idem_methods = {
     .renew = sq_renew,
     .is_confirmed = sq_is_confirmed,
     .purge = sq_purge,
+    .counts = acemq__sqlite_idem_counts,
+    .inspect = acemq__sqlite_idem_inspect,
+    .forget = acemq__sqlite_idem_forget,
 };

@@ -1,6 +1,7 @@
-/* idem_store.h — the SQLite idempotency store's state, shared by its two
+/* idem_store.h — the SQLite idempotency store's state, shared by its three
  * files: idem.c claims, confirms, releases, renews and purges; idem_open.c
- * holds the SQL, makes the schema, opens, configures and closes. The rules
+ * holds the SQL, makes the schema, opens, configures and closes;
+ * idem_admin.c answers the operator's calls. The rules
  * for the writer queue and the tokens are at the top of idem.c. Internal to
  * src/backends/sqlite/.
  */
@@ -68,6 +69,12 @@ int acemq__sqlite_idem_tx_begin(acemq_idem *h, tx_kind *kind);
 int acemq__sqlite_idem_tx_end(acemq_idem *h, tx_kind kind, int rc);
 /* The store's slots; close is idem_open.c's. */
 extern const acemq__idem_methods acemq__sqlite_idem_methods;
+
+/* idem_admin.c: the operator's calls (idem_backend.h, counts, inspect, forget). */
+int acemq__sqlite_idem_counts(acemq_idem *h, int64_t now_ms, acemq_idem_counts *out);
+int acemq__sqlite_idem_inspect(acemq_idem *h, const acemq__bytes *id, int64_t now_ms,
+                               acemq_idem_record *out);
+int acemq__sqlite_idem_forget(acemq_idem *h, const acemq__bytes *id, int64_t now_ms);
 
 /* idem_open.c */
 
