@@ -99,15 +99,8 @@ typedef struct acemq_idem_stats {
 typedef struct acemq_idem acemq_idem;
 
 /* Opens a store by URL:
- *   memory:                          in-process (query: ?max_entries=N&presize=0|1
- *                                    &prefault_ahead=0|1&max_load=4..7;
- *                                    presize=1 takes and faults in all the memory
- *                                    max_entries needs at open, about 75 bytes an
- *                                    entry; prefault_ahead=0 stops the thread that
- *                                    faults a growing store's records in ahead of its
- *                                    claims; max_load, in eighths, is how full its
- *                                    tables may get (default 7 above 65,536
- *                                    entries, else 4): see docs/idempotency.md)
+ *   memory:                          in-process (query: ?max_entries=N;
+ *                                    see docs/idempotency.md)
  *   sqlite:/path/to.db, sqlite:rel.db  an SQLite file in WAL mode
  *                                    (query: ?synchronous=off|normal|full&busy_timeout_ms=N)
  * o may be NULL for the defaults; URL query values override o. On failure *out

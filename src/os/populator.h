@@ -2,12 +2,9 @@
  *
  * A growing region (the memory store's records) is written in order, and
  * every fresh page of it stops the writer the first time: the kernel finds a
- * page and zeroes it. With transparent huge pages that is 2 MiB at once: a
- * stop of about 0.25 ms on the virtual machines the project is measured on
- * when the memory was just given back by the process, about 2 ms when it is
- * new to the host, which then faults too. A claim now and then waits as
- * long as ten thousand claims take, and a fifth of a growing store's
- * single-thread time went there.
+ * page and zeroes it. With transparent huge pages that is 2 MiB at once, a
+ * stop as long as thousands of claims take, and more on a virtual machine
+ * whose host faults too.
  *
  * The populator takes that off the writer's path. Its owner says how far the
  * region should be faulted in (ask); a thread of its own, started at the

@@ -1,14 +1,12 @@
 /* prefault.h — bringing fresh anonymous memory in before its first touch.
  *
  * A page of a fresh mapping costs nothing until it is first written; then
- * the kernel stops the writer, finds a page and zeroes it. On the virtual
- * machines the project is measured on that zeroing runs at about 1 GB/s and
- * streams through the shared cache, evicting what the writer needed. A
- * memory store opened with presize=1 pays that at open instead, through
- * MADV_POPULATE_WRITE (Linux 5.14 and later), which faults the pages in as
- * writes would. Past the memory there is, it meets the out-of-memory killer
- * as those writes would (inside a memory cgroup its limit's killer ends the
- * process), so a caller about to fault in much asks memory_room.h first.
+ * the kernel stops the writer, finds a page and zeroes it, streaming
+ * through the shared cache and evicting what the writer needed. The memory
+ * store's populator (os/populator.h) pays that ahead of the writer, on a
+ * thread of its own, through MADV_POPULATE_WRITE (Linux 5.14 and later),
+ * which faults the pages in as writes would, and meets the out-of-memory
+ * killer past the memory there is as those writes would.
  */
 #ifndef ACEMQ_OS_PREFAULT_H
 #define ACEMQ_OS_PREFAULT_H

@@ -72,29 +72,6 @@ static void impossible_capacities_are_refused(void **state)
     acemq__records_destroy(&r);
 }
 
-/* Prefault commits room for every record at once and brings it in: each
- * page of the capacity is resident before any take, and takes still hand
- * out zeroed records up to the capacity, and no further. Where the kernel
- * cannot populate (before Linux 5.14) the pages are not checked, the rest
- * is. */
-static void prefault_brings_every_record_in(void **state)
-{
-    (void)state;
-    enum { CAPACITY = 40000 }; /* 2.4 MiB: past the first huge page */
-    acemq__records r;
-    assert_int_equal(acemq__records_init(&r, CAPACITY, 0), 0);
-    assert_int_equal(acemq__records_prefault(&r), 0);
-    size_t len = (size_t)CAPACITY * ACEMQ__RECORD_SIZE;
-    assert_true(r.committed >= len);
-    size_t pages = (len + page_bytes() - 1) / page_bytes();
-    if (kernel_populates()) assert_int_equal(resident_pages(r.base, len), pages);
-    unsigned char *p = acemq__records_take(&r, CAPACITY);
-    assert_non_null(p);
-    assert_true(all_zero(p, len));
-    assert_null(acemq__records_take(&r, 1));
-    acemq__records_destroy(&r);
-}
-
 #define MIB ((size_t)1 << 20)
 
 /* ThreadSanitizer ends a child that starts a thread after a fork of a
@@ -185,7 +162,6 @@ int main(void)
         cmocka_unit_test(runs_are_zeroed_contiguous_and_indexed),
         cmocka_unit_test(the_capacity_is_a_hard_limit),
         cmocka_unit_test(impossible_capacities_are_refused),
-        cmocka_unit_test(prefault_brings_every_record_in),
         cmocka_unit_test(the_records_ahead_of_the_taken_come_in),
         cmocka_unit_test(a_forked_child_faults_in_on_a_thread_of_its_own),
     };

@@ -11,7 +11,7 @@
  * Memory comes back zeroed. Slabs are never given back before the arena is
  * destroyed; a table given back waits on a free list for the next table of
  * its size when that size is a power of two (the tables that grow by
- * doubling; a presized table never grows, so it is never given back).
+ * doubling).
  *
  * Safe for concurrent use: shards allocate under the arena's own mutex,
  * which only a new slab chunk or a table doubling takes.

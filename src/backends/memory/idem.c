@@ -14,22 +14,15 @@
  * (32 bits of the hash and the record's index). A lookup reads tags and
  * opens a slot only where the tag matches, so a new id, the common case,
  * reads one byte and touches no slot and no entry. That read is most of a
- * claim's cost once the table outgrows the caches, and a tag array is small
- * enough to stay in a cache the 16-byte slots (hash and pointer) it replaced
- * did not fit. The table starts small and doubles before it passes its load
- * bound (7/8 full, or half in a small store: see DENSE_LOAD), so a store
- * that never fills never pays for its max_entries, up to the size
- * max_entries needs at that load (bound_slots), never past it: the last
- * step does not double to the next power of two, so a full store's tags are
- * as few as a presized one's. The table takes bound_slots in one step from
- * the last power of two under half of it, skipping the one between, whose
- * rehash would move as many ids as all the steps before it. With presize=1
- * it starts sized for max_entries, at its load bound when the store is full
- * (about 10.3 bytes per entry at 7/8, the table's size any number of slots,
- * see home_of), and it and the records of max_entries are faulted in at
- * open (check_presize_fits): no rehash, no outgrown table, and no claim that
- * stops for the kernel to zero a page, which also streams the zeroed bytes
- * through the cache the tags need.
+ * claim's cost once the table outgrows the caches, and a tag array is
+ * small enough to stay in cache where 16-byte slots would not. The table
+ * starts small and doubles before it passes its load bound (7/8 full, or
+ * half in a small store: see DENSE_LOAD), so a store that never fills
+ * never pays for its max_entries, up to the size max_entries needs at that
+ * load (bound_slots, any number of slots: see home_of), never past it. The
+ * table takes bound_slots in one step from the last power of two under
+ * half of it, skipping the one between, whose rehash would move as many
+ * ids as all the steps before it.
  *
  * A new id's slot is not written by its claim but by the next operation
  * that reads slots (flush_pending): see there for why.
@@ -37,10 +30,10 @@
  * The table comes from the store's arena (backends/memory/arena.h), records from its
  * region (backends/memory/records.h), both in transparent huge pages once they are
  * big: a million ids fault in some fifty 2 MiB pages instead of 20,000
- * small ones, and a probe of a big table does not miss the TLB. Unless
- * prefault_ahead=0, the region faults its records in ahead of the claims on
- * a thread of its own, so that a claim seldom waits for the kernel to zero
- * a page (backends/memory/records.h).
+ * small ones, and a probe of a big table does not miss the TLB. The region
+ * faults its records in ahead of the claims on a thread of its own, so
+ * that a claim seldom waits for the kernel to zero a page
+ * (backends/memory/records.h).
  *
  * Since one call cannot hide that read, try_claim_many() takes a batch: it
  * hashes every id and prefetches its slot first, so the reads overlap, then
@@ -98,7 +91,6 @@
 #include "backends/memory/table.h"
 #include "backends/test_control.h"
 #include "idem/idem_backend.h"
-#include "os/memory_room.h"
 #include "os/prefault.h"
 #include "os/shard_lock.h"
 
@@ -170,7 +162,7 @@ static entry *new_entry(memory_store *m, table *t, entry *spare, const acemq__by
         e->more = NULL;
     }
     if (id->len <= ID_INLINE) {
-        acemq__copy_bytes(e->id, id->data, id->len);
+        memcpy(e->id, id->data, id->len);
     } else {
         unsigned char *p = malloc(id->len);
         if (!p) {
@@ -331,7 +323,7 @@ static entry *latest_claim(const table *t, const acemq__bytes *id, uint64_t toke
 {
     entry *e = t->latest;
     if (e && e->token == token && e->state == STATE_CLAIMED && e->id_len == id->len &&
-        acemq__same_bytes(entry_id(e), id->data, id->len))
+        memcmp(entry_id(e), id->data, id->len) == 0)
         return e;
     return NULL;
 }
@@ -508,60 +500,23 @@ static const acemq__idem_methods memory_methods = {
     .prefetch = mem_prefetch,
 };
 
-/* The slots the table starts with: INITIAL_SLOTS, or with presize all it
- * will ever have (bound_slots), so that it never grows (see the top). */
-static size_t initial_slots(size_t max_entries, unsigned max_load, int presize)
-{
-    size_t most = slots_for(max_entries, max_load);
-    return !presize || most < INITIAL_SLOTS ? INITIAL_SLOTS : most;
-}
-
-/* The first table; a presized one faulted in (see the top). 0, or
- * ACEMQ_ENOMEM with *fault_errno set when the kernel could not fault a
- * presized table in (0 when the table could not be had at all). */
-static int allocate_slots(memory_store *m, int presize, int *fault_errno)
+/* The first table, INITIAL_SLOTS big: it grows as the store fills (see
+ * the top). 0, or ACEMQ_ENOMEM. */
+static int allocate_slots(memory_store *m)
 {
     table *t = &m->t;
-    size_t want = initial_slots(m->max_entries, m->max_load, presize);
-    *fault_errno = 0;
-    t->tags = acemq__arena_alloc(&m->arena, want);
-    t->slots = acemq__arena_alloc(&m->arena, want * sizeof(slot));
+    t->tags = acemq__arena_alloc(&m->arena, INITIAL_SLOTS);
+    t->slots = acemq__arena_alloc(&m->arena, INITIAL_SLOTS * sizeof(slot));
     if (!t->tags || !t->slots) return ACEMQ_ENOMEM;
-    if (presize && (acemq__prefault(t->tags, want) != 0 ||
-                    acemq__prefault(t->slots, want * sizeof(slot)) != 0)) {
-        *fault_errno = errno;
-        return ACEMQ_ENOMEM;
-    }
-    t->cap = want;
+    t->cap = INITIAL_SLOTS;
     t->pending_at = NO_PENDING;
     set_hints(t);
     return 0;
 }
 
-/* presize=1 takes all of a store's memory at open (see the top): refused,
- * before anything is mapped, when that is more than the process has room
- * for, on the machine or under its memory cgroup's limit, where faulting it
- * in would end in the out-of-memory killer (memory_room.h). */
-static int check_presize_fits(acemq_idem *h, unsigned max_load)
-{
-    /* What open then takes: the records of max_entries and the whole table
-     * of slots and tags (max_entries <= 2^30: no overflow). */
-    size_t max = h->opts.max_entries;
-    size_t need = max * ACEMQ__RECORD_SIZE + initial_slots(max, max_load, 1) * (sizeof(slot) + 1);
-    acemq__memory_room room;
-    acemq__memory_room_get(&room);
-    if (need <= room.bytes) return 0;
-    return acemq__idem_fail(h, ACEMQ_ENOMEM,
-                            "memory store: presize=1 would take %zu MiB at open for "
-                            "max_entries=%zu, more than the %zu MiB %s; lower "
-                            "max_entries or leave presize off",
-                            need >> 20, h->opts.max_entries, room.bytes >> 20, room.bound);
-}
-
 static int open_memory(acemq_idem *h, const acemq__url *url)
 {
-    static const char *const known[] = {"max_entries", "presize", "prefault_ahead", "max_load",
-                                        NULL};
+    static const char *const known[] = {"max_entries", NULL};
     const char *bad = NULL;
     if (acemq__url_check_params(url, known, &bad) != 0)
         return acemq__idem_fail(h, ACEMQ_EURL, "memory: unknown URL parameter '%s'", bad);
@@ -579,46 +534,21 @@ static int open_memory(acemq_idem *h, const acemq__url *url)
         return acemq__idem_fail(h, ACEMQ_EINVAL, "memory: max_entries must be 1..%lld",
                                 (long long)MAX_ENTRIES_LIMIT);
     h->opts.max_entries = (size_t)max;
-    int64_t presize = 0;
-    if (acemq__url_param_int(url, "presize", 0, 1, &presize) != 0)
-        return acemq__idem_fail(h, ACEMQ_EURL, "memory: presize must be 0 or 1");
-    int64_t ahead = 1;
-    if (acemq__url_param_int(url, "prefault_ahead", 0, 1, &ahead) != 0)
-        return acemq__idem_fail(h, ACEMQ_EURL, "memory: prefault_ahead must be 0 or 1");
-    int64_t max_load = max_load_for(h->opts.max_entries);
-    if (acemq__url_param_int(url, "max_load", SPARSE_LOAD, DENSE_LOAD, &max_load) != 0)
-        return acemq__idem_fail(h, ACEMQ_EURL,
-                                "memory: max_load must be %d..%d (eighths of a table filled)",
-                                SPARSE_LOAD, DENSE_LOAD);
 
-    if (presize) {
-        int rc = check_presize_fits(h, (unsigned)max_load);
-        if (rc != 0) return rc;
-    }
     memory_store *m = calloc(1, sizeof *m);
     if (!m || acemq__arena_init(&m->arena) != 0) {
         free(m);
         return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
     }
     m->max_entries = h->opts.max_entries;
-    m->max_load = (unsigned)max_load;
+    m->max_load = max_load_for(m->max_entries);
     m->retention_ms = h->opts.retention_ms;
-    int rc = acemq__records_init(&m->records, m->max_entries, (int)ahead && !presize);
-    int fault_errno = 0;
-    if (rc == 0) rc = allocate_slots(m, (int)presize, &fault_errno);
-    if (rc == 0 && presize && acemq__records_prefault(&m->records) != 0) {
-        fault_errno = errno;
-        rc = ACEMQ_ENOMEM;
-    }
+    int rc = acemq__records_init(&m->records, m->max_entries, 1);
+    if (rc == 0) rc = allocate_slots(m);
     int lock_ready = rc == 0 && acemq__shard_lock_init(&m->t.lock) == 0;
     if (!lock_ready) {
         free_store(m, 0); /* and the arena, with the table in it */
         free(m);
-        if (fault_errno)
-            return acemq__idem_fail(h, ACEMQ_ENOMEM,
-                                    "memory store: presize=1 could not fault in the memory for "
-                                    "max_entries=%zu: %s",
-                                    h->opts.max_entries, strerror(fault_errno));
         return acemq__idem_fail(h, ACEMQ_ENOMEM, "memory store: out of memory");
     }
     h->self = m;

@@ -91,18 +91,6 @@ void *acemq__records_take(acemq__records *r, size_t count)
     return p;
 }
 
-int acemq__records_prefault(acemq__records *r)
-{
-    pthread_mutex_lock(&r->lock);
-    int rc = commit(r, r->capacity * ACEMQ__RECORD_SIZE);
-    if (rc == 0) rc = acemq__prefault(r->base, r->committed);
-    if (rc == 0) r->asked = r->reserved; /* nothing left to fault in ahead */
-    int saved = errno;                   /* for the caller, whatever the unlock does to it */
-    pthread_mutex_unlock(&r->lock);
-    errno = saved;
-    return rc;
-}
-
 size_t acemq__records_wait_ahead(acemq__records *r)
 {
     pthread_mutex_lock(&r->lock);

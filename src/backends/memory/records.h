@@ -22,7 +22,7 @@
  * past the records taken (AHEAD_BYTES) committed and asks its populator
  * (os/populator.h) to fault them in on a thread of its own, so that a
  * claim seldom stops for the kernel to zero a page. A region made with
- * ahead = 0 (the store's prefault_ahead=0) starts no thread; its pages come
+ * ahead = 0 (unit tests) starts no thread; its pages come
  * on first touch.
  *
  * Safe for concurrent use: shards take records under the region's mutex,
@@ -59,10 +59,6 @@ int acemq__records_init(acemq__records *r, size_t capacity, int ahead);
 /* count contiguous records, zeroed, each ACEMQ__RECORD_SIZE bytes on a cache
  * line; NULL when fewer than count are left or memory cannot be committed. */
 void *acemq__records_take(acemq__records *r, size_t count);
-/* Commits room for every record and faults it in (os/prefault.h), so
- * that no take() waits for the kernel: for a store opened with presize=1.
- * 0, or -1 with errno set (ENOMEM: not enough memory). */
-int acemq__records_prefault(acemq__records *r);
 /* Waits until the populator has faulted in what it was asked for, or gave
  * up; returns the bytes from base it has faulted in. For tests. */
 size_t acemq__records_wait_ahead(acemq__records *r);
