@@ -449,6 +449,88 @@ static int mem_purge(acemq_idem *h, int64_t now_ms, uint64_t *purged)
     return 0;
 }
 
+/* ---- the operator's calls (idem_backend.h: counts, inspect, forget) ---- */
+
+/* A record's state as an operator sees it (acemq_idem_state). Released
+ * claims are dropped at once, so a kept claim is held or abandoned. */
+static int state_at(const entry *e, int64_t now_ms)
+{
+    if (e->state == STATE_CONFIRMED)
+        return e->expires > now_ms ? ACEMQ_IDEM_CONFIRMED : ACEMQ_IDEM_EXPIRED;
+    return e->lease_until > now_ms ? ACEMQ_IDEM_HELD : ACEMQ_IDEM_ABANDONED;
+}
+
+static int mem_counts(acemq_idem *h, int64_t now_ms, acemq_idem_counts *out)
+{
+    memory_store *m = h->self;
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
+    for (const entry *e = t->confirmed.head; e; e = e->next) {
+        if (state_at(e, now_ms) == ACEMQ_IDEM_CONFIRMED)
+            out->confirmed++;
+        else
+            out->expired++;
+    }
+    const entry *next = NULL;
+    for (const entry *e = t->claims.head; e; e = e->next) {
+        if (state_at(e, now_ms) != ACEMQ_IDEM_HELD) {
+            out->abandoned++;
+            continue;
+        }
+        out->held++;
+        if (!next || e->lease_until < next->lease_until) next = e;
+    }
+    if (next) {
+        out->has_next_lease = 1;
+        out->next_id_len = next->id_len;
+        memcpy(out->next_id, entry_id(next),
+               next->id_len < sizeof out->next_id ? next->id_len : sizeof out->next_id);
+        out->next_token = next->token;
+        out->next_lease_until_ms = next->lease_until;
+    }
+    acemq__shard_lock_give(&t->lock);
+    return 0;
+}
+
+static int mem_inspect(acemq_idem *h, const acemq__bytes *id, int64_t now_ms,
+                       acemq_idem_record *out)
+{
+    memory_store *m = h->self;
+    uint64_t hash = hash_id(id);
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
+    const entry *e = find(m, t, hash, id);
+    if (e) {
+        out->state = state_at(e, now_ms);
+        out->token = e->token;
+        if (e->state == STATE_CONFIRMED)
+            out->expires_ms = e->expires;
+        else
+            out->lease_until_ms = e->lease_until;
+        const extras *x = e->more;
+        out->has_result = x && x->result;
+        out->result_len = out->has_result ? x->result_len : 0;
+        out->fingerprint_len = x ? x->fingerprint_len : 0;
+    }
+    acemq__shard_lock_give(&t->lock);
+    return e ? 0 : ACEMQ_ENOENT;
+}
+
+/* Tokens come from the store-wide next_token, so a forgotten record's token
+ * is never issued again. */
+static int mem_forget(acemq_idem *h, const acemq__bytes *id, int64_t now_ms)
+{
+    (void)now_ms;
+    memory_store *m = h->self;
+    uint64_t hash = hash_id(id);
+    table *t = &m->t;
+    acemq__shard_lock_take(&t->lock);
+    entry *e = find(m, t, hash, id);
+    if (e) drop(m, t, e);
+    acemq__shard_lock_give(&t->lock);
+    return e != NULL;
+}
+
 /* Frees everything the store holds; the lock too when lock_ready. */
 static void free_store(memory_store *m, int lock_ready)
 {
@@ -498,6 +580,9 @@ static const acemq__idem_methods memory_methods = {
     .purge = mem_purge,
     .try_claim_many = mem_try_claim_many,
     .prefetch = mem_prefetch,
+    .counts = mem_counts,
+    .inspect = mem_inspect,
+    .forget = mem_forget,
 };
 
 /* The first table, INITIAL_SLOTS big: it grows as the store fills (see
