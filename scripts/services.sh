@@ -9,6 +9,8 @@
 #   scripts/services.sh env    [redis|postgres|rabbitmq|all]   (prints export lines)
 #   scripts/services.sh pause|resume rabbitmq   (stop_app / start_app: the broker
 #                                                goes away and comes back, data kept)
+#   scripts/services.sh restart postgres        (a fast shutdown and a start, data
+#                                                kept: every client loses its session)
 #   scripts/services.sh alarm|unalarm rabbitmq  (a memory alarm raised / cleared:
 #                                                publishers blocked meanwhile)
 #
@@ -225,6 +227,16 @@ svc_postgres_stop() {
 
 svc_postgres_status() { report_status postgres "$PG_PORT" pg_ready; }
 
+# restart: the server goes away and comes back with its data, as a restarted
+# or failed-over server does: every session is cut, tables stay.
+svc_postgres_restart() {
+    [ -s "$PG_DIR/data/postmaster.pid" ] || die "postgres: not running from $PG_DIR"
+    say "postgres: restarting on 127.0.0.1:$PG_PORT (data kept)"
+    as_pg_owner "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -m fast -w -t 30 \
+        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR -c fsync=off -c max_connections=100" \
+        restart >/dev/null || die "postgres: pg_ctl restart failed; see $PG_DIR/server.log"
+}
+
 svc_postgres_env() {
     printf 'export ACEMQ_PG_PORT=%s\n' "$PG_PORT"
     printf 'export ACEMQ_PG_URL=postgres://acemq@127.0.0.1:%s/acemq\n' "$PG_PORT"
@@ -399,6 +411,7 @@ supported() { declare -F "svc_$1_start" >/dev/null; }
 usage() {
     echo "usage: $0 start|stop|status|env [redis|postgres|rabbitmq|all]" >&2
     echo "       $0 pause|resume|alarm|unalarm rabbitmq" >&2
+    echo "       $0 restart postgres" >&2
     exit 2
 }
 
@@ -431,7 +444,7 @@ run() {
 [ $# -ge 1 ] || usage
 action=$1
 case "$action" in
-start | stop | status | pause | resume | alarm | unalarm) [ $# -eq 2 ] || usage ;;
+start | stop | status | pause | resume | alarm | unalarm | restart) [ $# -eq 2 ] || usage ;;
 env) [ $# -le 2 ] || usage ;;
 *) usage ;;
 esac

@@ -11,6 +11,8 @@ void acemq__backends_init(void)
      * these cannot fail. */
     (void)acemq__registry_add(&acemq__idem_registry, &acemq__memory_idem_backend.entry);
     (void)acemq__registry_add(&acemq__idem_registry, &acemq__sqlite_idem_backend.entry);
+    (void)acemq__registry_add(&acemq__idem_registry, &acemq__pg_idem_backend.entry);
+    (void)acemq__registry_add(&acemq__idem_registry, &acemq__pgsql_idem_backend.entry);
     (void)acemq__registry_add(&acemq__outbox_registry, &acemq__sqlite_outbox_backend.entry);
     (void)acemq__registry_add(&acemq__outbox_registry, &acemq__pg_outbox_backend.entry);
     (void)acemq__registry_add(&acemq__outbox_registry, &acemq__pgsql_outbox_backend.entry);

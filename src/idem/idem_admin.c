@@ -48,6 +48,24 @@ int acemq_idem_forget(acemq_idem *h, const void *id, size_t id_len)
     return h->methods->forget(h, &key, store_now(h));
 }
 
+void acemq__idem_counts_add(acemq_idem_counts *out, int state, uint64_t n)
+{
+    switch (state) {
+    case ACEMQ_IDEM_HELD:
+        out->held += n;
+        break;
+    case ACEMQ_IDEM_CONFIRMED:
+        out->confirmed += n;
+        break;
+    case ACEMQ_IDEM_EXPIRED:
+        out->expired += n;
+        break;
+    default:
+        out->abandoned += n;
+        break;
+    }
+}
+
 const char *acemq_idem_state_name(int state)
 {
     switch (state) {

@@ -123,6 +123,10 @@ int acemq__idem_fail(acemq_idem *h, int code, const char *fmt, ...)
  * says what was wrong (src/idem/idem_admin.c shares idem.c's checks). */
 int acemq__idem_take_id(acemq_idem *h, const void *id, size_t len, acemq__bytes *out);
 
+/* Adds n records in state (an acemq_idem_state) to the right count of out;
+ * any other state counts as abandoned. */
+void acemq__idem_counts_add(acemq_idem_counts *out, int state, uint64_t n);
+
 /* Sets why an open failed before it had a handle, the text that
  * acemq_idem_errmsg(NULL) reads in this thread, and returns code. */
 int acemq__idem_open_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

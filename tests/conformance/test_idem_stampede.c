@@ -1,10 +1,11 @@
 /* test_idem_stampede.c — 16 threads race over the same 10,000 ids; for every
  * id exactly one of them must be told CLAIMED, whether they claim one id per
- * call or a batch per call (try_claim_many). `test_idem_stampede memory|sqlite`.
+ * call or a batch per call (try_claim_many).
+ * `test_idem_stampede memory|sqlite|postgres|redis`.
  *
- * Memory: all threads share one handle. SQLite: each thread opens its own
- * handle, so each has its own connection and the race is decided by the
- * database's locking, as between processes. Run under ThreadSanitizer in CI. */
+ * Memory: all threads share one handle. The others: each thread opens its
+ * own handle, so each has its own connection and the race is decided by
+ * the database's locking, as between processes. Run under ThreadSanitizer in CI. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -133,7 +134,7 @@ static void stampede(int batched)
     shared = NULL;
     assert_int_equal(acemq_manual_clock_new(&clock_, 1700000000000LL), 0);
     assert_int_equal(test_backend_fresh_url(backend, url, sizeof url), 0);
-    int per_thread_handles = strcmp(backend, "sqlite") == 0;
+    int per_thread_handles = strcmp(backend, "memory") != 0;
     if (!per_thread_handles) shared = open_store();
 
     pthread_t threads[THREADS];

@@ -36,20 +36,7 @@ static int count_states(acemq_idem *h, int64_t now_ms, acemq_idem_counts *out)
     rc = sqlite3_bind_int64(st, 1, now_ms);
     while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         uint64_t n = (uint64_t)sqlite3_column_int64(st, 1);
-        switch (sqlite3_column_int(st, 0)) {
-        case ACEMQ_IDEM_HELD:
-            out->held = n;
-            break;
-        case ACEMQ_IDEM_CONFIRMED:
-            out->confirmed = n;
-            break;
-        case ACEMQ_IDEM_EXPIRED:
-            out->expired = n;
-            break;
-        default:
-            out->abandoned = n;
-            break;
-        }
+        acemq__idem_counts_add(out, sqlite3_column_int(st, 0), n);
         rc = SQLITE_OK;
     }
     return done(h, st, rc);

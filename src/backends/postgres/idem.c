@@ -1,0 +1,492 @@
+/* idem.c — the idempotency store on PostgreSQL: every operation one
+ * prepared statement (idem_sql.c), binary parameters and results, run
+ * under the handle's lock, retried on a serialization failure or a
+ * deadlock. idem_pg.h has the invariants; docs/idempotency.md the user's
+ * view. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/postgres/idem_pg.h"
+
+/* Tries of a statement the server aborted for a serialization failure
+ * (40001) or a deadlock (40P01): the statement ran in a transaction of its
+ * own, so running it again is safe. */
+#define RETRIES 5
+
+typedef struct params {
+    const char *v[5];
+    int len[5];
+    int fmt[5];
+    char ints[5][8]; /* big-endian int8 values */
+} params;
+
+static void p_bytes(params *q, int i, const void *data, size_t len)
+{
+    q->v[i] = len ? data : NULL;
+    q->len[i] = (int)len;
+    q->fmt[i] = 1;
+}
+
+static void p_int(params *q, int i, int64_t x)
+{
+    uint64_t u = (uint64_t)x;
+    for (int k = 7; k >= 0; k--, u >>= 8)
+        q->ints[i][k] = (char)(u & 0xff);
+    q->v[i] = q->ints[i];
+    q->len[i] = 8;
+    q->fmt[i] = 1;
+}
+
+static void p_null(params *q, int i)
+{
+    q->v[i] = NULL;
+    q->len[i] = 0;
+    q->fmt[i] = 1;
+}
+
+/* now_ms for a statement: NULL (the database's clock) unless the caller
+ * injected a clock. */
+static void p_now(const pg_idem *p, params *q, int i, int64_t now_ms)
+{
+    if (p->db_clock)
+        p_null(q, i);
+    else
+        p_int(q, i, now_ms);
+}
+
+static int64_t get_int(const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col)) return 0;
+    const unsigned char *b = (const unsigned char *)PQgetvalue(r, row, col);
+    int n = PQgetlength(r, row, col);
+    uint64_t u = 0;
+    for (int k = 0; k < n; k++)
+        u = (u << 8) | b[k];
+    /* smallint (2 bytes) and integer (4) are signed too; ours are never negative. */
+    return (int64_t)u;
+}
+
+static int get_bool(const PGresult *r, int row, int col)
+{
+    return !PQgetisnull(r, row, col) && PQgetlength(r, row, col) == 1 &&
+           PQgetvalue(r, row, col)[0] != 0;
+}
+
+static int retryable(const PGresult *r)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return state && (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0);
+}
+
+/* Runs statement q: 0 with *out (PQclear it), or the error, on h. A
+ * connection of the store's own that was lost (a server restarted, a
+ * network cut) is made again and the statement sent once more: each
+ * statement is atomic, so the first try either committed or did not. A
+ * claim that did commit then answers IN_PROGRESS to its own retry and its
+ * lease runs out as any abandoned claim's; a confirm repeats harmlessly. */
+static int run(acemq_idem *h, int q, const params *in, PGresult **out)
+{
+    pg_idem *p = h->self;
+    *out = NULL;
+    int reconnected = 0;
+    for (int attempt = 0;; attempt++) {
+        int rc = acemq__pg_idem_ensure_connected(h);
+        if (rc != 0) return rc;
+        PGresult *r = PQexecPrepared(p->conn, p->names[q], acemq__pg_idem_nparams[q], in->v,
+                                     in->len, in->fmt, 1);
+        ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+        if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+            *out = r;
+            return 0;
+        }
+        /* Inside a caller's transaction the failed statement aborted it: a
+         * retry would only be refused. */
+        if (retryable(r) && attempt + 1 < RETRIES && PQtransactionStatus(p->conn) == PQTRANS_IDLE) {
+            PQclear(r);
+            continue;
+        }
+        if (p->owns_conn && !reconnected && PQstatus(p->conn) == CONNECTION_BAD) {
+            PQclear(r);
+            reconnected = 1;
+            continue;
+        }
+        rc = acemq__pg_idem_fail(h, r, p->names[q] + strlen("acemq_idem_") + strlen(p->table) + 1);
+        PQclear(r);
+        return rc;
+    }
+}
+
+static int differs(const PGresult *r, int col, const acemq__bytes *fp)
+{
+    if (fp->len == 0 || PQgetisnull(r, 0, col)) return 0;
+    size_t n = (size_t)PQgetlength(r, 0, col);
+    return n != fp->len || memcmp(PQgetvalue(r, 0, col), fp->data, n) != 0;
+}
+
+/* Columns of the claim's RETURNING. */
+enum { C_CLAIMED, C_STATE, C_TOKEN, C_LEASE, C_EXPIRES, C_FP, C_RESULT, C_TAKEOVER, C_NOW };
+
+static int answer_claim(acemq_idem *h, const PGresult *r, const acemq__claim_args *a,
+                        acemq_claim *out)
+{
+    if (get_bool(r, 0, C_CLAIMED)) {
+        out->token = (uint64_t)get_int(r, 0, C_TOKEN);
+        out->lease_until_ms = get_int(r, 0, C_LEASE);
+        out->takeover = get_bool(r, 0, C_TAKEOVER);
+        return ACEMQ_CLAIMED;
+    }
+    int64_t now = get_int(r, 0, C_NOW);
+    int64_t state = get_int(r, 0, C_STATE);
+    if (differs(r, C_FP, &a->fingerprint))
+        return acemq__idem_fail(h, ACEMQ_EMISMATCH,
+                                "id already seen with a different payload fingerprint");
+    if (state == 2 && get_int(r, 0, C_EXPIRES) > now) {
+        if (!PQgetisnull(r, 0, C_RESULT)) {
+            size_t n = (size_t)PQgetlength(r, 0, C_RESULT);
+            out->has_result = 1;
+            out->result_len = n;
+            if (a->result_cap > 0 && n > 0)
+                memcpy(a->result_buf, PQgetvalue(r, 0, C_RESULT),
+                       n < a->result_cap ? n : a->result_cap);
+        }
+        return ACEMQ_ALREADY_CONFIRMED;
+    }
+    if (state == 1) {
+        out->lease_until_ms = get_int(r, 0, C_LEASE);
+        return ACEMQ_IN_PROGRESS;
+    }
+    return acemq__idem_fail(h, ACEMQ_EBACKEND, "postgres: a claim left the row in state %lld",
+                            (long long)state);
+}
+
+/* The claim's parameters for one id. */
+static void claim_params(const pg_idem *p, params *q, const acemq__bytes *id,
+                         const acemq__claim_args *a)
+{
+    p_bytes(q, 0, id->data, id->len);
+    p_now(p, q, 1, a->now_ms);
+    p_int(q, 2, a->lease_until_ms - a->now_ms);
+    if (a->fingerprint.len)
+        p_bytes(q, 3, a->fingerprint.data, a->fingerprint.len);
+    else
+        p_null(q, 3);
+}
+
+/* The claim's answer from its result r (NULL: the statement's error on the
+ * connection). */
+static int claim_answer(acemq_idem *h, PGresult *r, const acemq__claim_args *a, acemq_claim *out)
+{
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (st != PGRES_TUPLES_OK) return acemq__pg_idem_fail(h, r, "claim");
+    if (PQntuples(r) != 1)
+        return acemq__idem_fail(h, ACEMQ_EBACKEND, "postgres: a claim returned no row");
+    return answer_claim(h, r, a, out);
+}
+
+static int pg_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__claim_args *a,
+                        acemq_claim *out)
+{
+    pg_idem *p = h->self;
+    params q;
+    claim_params(p, &q, id, a);
+    pthread_mutex_lock(&p->lock);
+    PGresult *r = NULL;
+    int rc = run(h, PGQ_CLAIM, &q, &r);
+    if (rc == 0) rc = claim_answer(h, r, a, out);
+    PQclear(r);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* A batch in one round trip: every claim sent at once in libpq's pipeline
+ * mode, each followed by a sync so it commits on its own as a lone
+ * try_claim does, then the answers read in order. The server runs them in
+ * that order, so a repeated id finds its earlier claim. On a caller's
+ * connection inside a transaction (where a sync would not end each claim)
+ * the claims go one by one. */
+static int pg_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
+                             const acemq__claim_args *a, acemq_claim *out, int *status)
+{
+    pg_idem *p = h->self;
+    pthread_mutex_lock(&p->lock);
+    int rc = acemq__pg_idem_ensure_connected(h);
+    int piped = rc == 0 && PQtransactionStatus(p->conn) == PQTRANS_IDLE &&
+                PQenterPipelineMode(p->conn) == 1;
+    size_t sent = 0;
+    for (size_t i = 0; piped && i < n; i++) {
+        if (!ids[i].len) continue;
+        params q;
+        claim_params(p, &q, &ids[i], &a[i]);
+        if (PQsendQueryPrepared(p->conn, p->names[PGQ_CLAIM], acemq__pg_idem_nparams[PGQ_CLAIM],
+                                q.v, q.len, q.fmt, 1) != 1 ||
+            PQpipelineSync(p->conn) != 1)
+            break;
+        sent = i + 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!ids[i].len) continue;
+        if (!piped) { /* one by one */
+            PGresult *r = NULL;
+            params q;
+            claim_params(p, &q, &ids[i], &a[i]);
+            status[i] = rc != 0 ? rc : run(h, PGQ_CLAIM, &q, &r);
+            if (status[i] == 0) status[i] = claim_answer(h, r, &a[i], &out[i]);
+            PQclear(r);
+            continue;
+        }
+        if (i >= sent) {
+            status[i] = acemq__pg_idem_fail(h, NULL, "sending a batch of claims");
+            continue;
+        }
+        PGresult *r = PQgetResult(p->conn);
+        status[i] = claim_answer(h, r, &a[i], &out[i]);
+        /* Then the end of this query's results (NULL) and its sync; two
+         * NULLs in a row mean the connection has nothing more to give. */
+        PQclear(r);
+        for (int nulls = 0; nulls < 2;) {
+            r = PQgetResult(p->conn);
+            if (!r) {
+                nulls++;
+                continue;
+            }
+            int sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+            PQclear(r);
+            if (sync) break;
+            nulls = 0;
+        }
+    }
+    if (piped && PQexitPipelineMode(p->conn) != 1) {
+        /* Results left unread (a lost connection): drop the connection so
+         * the next call starts afresh. */
+        PGresult *r;
+        while ((r = PQgetResult(p->conn)) != NULL)
+            PQclear(r);
+        (void)PQexitPipelineMode(p->conn);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+/* Runs a fenced update (confirm, release, renew): 0 when it changed the
+ * row, ACEMQ_ESTALE when the token is not the id's current claim. */
+static int fenced(acemq_idem *h, int which, const char *what, const params *q)
+{
+    PGresult *r;
+    int rc = run(h, which, q, &r);
+    if (rc != 0) return rc;
+    int changed = PQntuples(r) == 1;
+    PQclear(r);
+    if (changed) return 0;
+    return acemq__idem_fail(h, ACEMQ_ESTALE,
+                            "%s: token is not the current claim (taken over, released, or "
+                            "forgotten)",
+                            what);
+}
+
+static int pg_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
+                      const acemq__bytes *result, int64_t now_ms, int64_t expires_ms)
+{
+    pg_idem *p = h->self;
+    params q;
+    p_bytes(&q, 0, id->data, id->len);
+    p_int(&q, 1, (int64_t)token);
+    p_now(p, &q, 2, now_ms);
+    p_int(&q, 3, expires_ms - now_ms);
+    if (result->len)
+        p_bytes(&q, 4, result->data, result->len);
+    else
+        p_null(&q, 4);
+    pthread_mutex_lock(&p->lock);
+    int rc = 0;
+    if (h->opts.flags & ACEMQ_IDEM_CONFIRM_IN_CALLER_TX) {
+        PGTransactionStatusType ts = PQtransactionStatus(p->conn);
+        if (ts == PQTRANS_INERROR)
+            rc = acemq__idem_fail(h, ACEMQ_ENOTX,
+                                  "postgres: the caller's transaction already failed: confirm "
+                                  "would not commit with it");
+        else if (ts != PQTRANS_INTRANS)
+            rc = acemq__idem_fail(h, ACEMQ_ENOTX,
+                                  "postgres: no transaction is open on the caller's connection: "
+                                  "confirm joins the caller's transaction "
+                                  "(ACEMQ_IDEM_CONFIRM_IN_CALLER_TX)");
+    }
+    if (rc == 0) rc = fenced(h, PGQ_CONFIRM, "confirm", &q);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static int pg_release(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms)
+{
+    pg_idem *p = h->self;
+    params q;
+    p_bytes(&q, 0, id->data, id->len);
+    p_int(&q, 1, (int64_t)token);
+    p_now(p, &q, 2, now_ms);
+    p_int(&q, 3, h->opts.retention_ms);
+    pthread_mutex_lock(&p->lock);
+    int rc = fenced(h, PGQ_RELEASE, "release", &q);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static int pg_renew(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms,
+                    int64_t lease_until_ms)
+{
+    pg_idem *p = h->self;
+    params q;
+    p_bytes(&q, 0, id->data, id->len);
+    p_int(&q, 1, (int64_t)token);
+    p_now(p, &q, 2, now_ms);
+    p_int(&q, 3, lease_until_ms - now_ms);
+    pthread_mutex_lock(&p->lock);
+    int rc = fenced(h, PGQ_RENEW, "renew", &q);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static int pg_is_confirmed(acemq_idem *h, const acemq__bytes *id, int64_t now_ms)
+{
+    pg_idem *p = h->self;
+    params q;
+    p_bytes(&q, 0, id->data, id->len);
+    p_now(p, &q, 1, now_ms);
+    pthread_mutex_lock(&p->lock);
+    PGresult *r;
+    int rc = run(h, PGQ_IS_CONFIRMED, &q, &r);
+    if (rc == 0) {
+        rc = PQntuples(r) > 0;
+        PQclear(r);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+#define PURGE_BATCH 1000
+
+/* Deletes in batches of PURGE_BATCH, each a statement of its own, until a
+ * batch finds fewer. */
+static int purge_batches(acemq_idem *h, int which, params *q, int limit_at, uint64_t *total)
+{
+    p_int(q, limit_at, PURGE_BATCH);
+    for (;;) {
+        PGresult *r;
+        int rc = run(h, which, q, &r);
+        if (rc != 0) return rc;
+        uint64_t n = strtoull(PQcmdTuples(r), NULL, 10);
+        PQclear(r);
+        *total += n;
+        if (n < PURGE_BATCH) return 0;
+    }
+}
+
+static int pg_purge(acemq_idem *h, int64_t now_ms, uint64_t *purged)
+{
+    pg_idem *p = h->self;
+    uint64_t n = 0;
+    params q;
+    pthread_mutex_lock(&p->lock);
+    p_now(p, &q, 0, now_ms);
+    int rc = purge_batches(h, PGQ_PURGE_DONE, &q, 1, &n);
+    if (rc == 0) {
+        p_now(p, &q, 0, now_ms);
+        p_int(&q, 1, h->opts.retention_ms);
+        rc = purge_batches(h, PGQ_PURGE_ABANDONED, &q, 2, &n);
+    }
+    pthread_mutex_unlock(&p->lock);
+    *purged = n;
+    return rc;
+}
+
+/* ---- the operator's calls ---- */
+
+static int pg_counts(acemq_idem *h, int64_t now_ms, acemq_idem_counts *out)
+{
+    pg_idem *p = h->self;
+    params q;
+    p_now(p, &q, 0, now_ms);
+    pthread_mutex_lock(&p->lock);
+    PGresult *r;
+    int rc = run(h, PGQ_COUNTS, &q, &r);
+    if (rc == 0) {
+        for (int i = 0; i < PQntuples(r); i++) {
+            uint64_t n = (uint64_t)get_int(r, i, 1);
+            acemq__idem_counts_add(out, (int)get_int(r, i, 0), n);
+        }
+        PQclear(r);
+        rc = run(h, PGQ_NEXT_LEASE, &q, &r);
+    }
+    if (rc == 0) {
+        if (PQntuples(r) == 1) {
+            size_t len = (size_t)PQgetlength(r, 0, 0);
+            out->has_next_lease = 1;
+            out->next_id_len = len;
+            memcpy(out->next_id, PQgetvalue(r, 0, 0),
+                   len < sizeof out->next_id ? len : sizeof out->next_id);
+            out->next_token = (uint64_t)get_int(r, 0, 1);
+            out->next_lease_until_ms = get_int(r, 0, 2);
+        }
+        PQclear(r);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static int pg_inspect(acemq_idem *h, const acemq__bytes *id, int64_t now_ms, acemq_idem_record *out)
+{
+    pg_idem *p = h->self;
+    params q;
+    p_bytes(&q, 0, id->data, id->len);
+    p_now(p, &q, 1, now_ms);
+    pthread_mutex_lock(&p->lock);
+    PGresult *r;
+    int rc = run(h, PGQ_INSPECT, &q, &r);
+    if (rc == 0) {
+        if (PQntuples(r) == 1) {
+            out->state = (int)get_int(r, 0, 0);
+            out->token = (uint64_t)get_int(r, 0, 1);
+            out->lease_until_ms = get_int(r, 0, 2);
+            out->expires_ms = get_int(r, 0, 3);
+            out->has_result = get_bool(r, 0, 4);
+            out->result_len = (size_t)get_int(r, 0, 5);
+            out->fingerprint_len = (size_t)get_int(r, 0, 6);
+        } else {
+            rc = ACEMQ_ENOENT;
+        }
+        PQclear(r);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static int pg_forget(acemq_idem *h, const acemq__bytes *id, int64_t now_ms)
+{
+    (void)now_ms;
+    pg_idem *p = h->self;
+    params q;
+    p_bytes(&q, 0, id->data, id->len);
+    pthread_mutex_lock(&p->lock);
+    PGresult *r;
+    int rc = run(h, PGQ_FORGET, &q, &r);
+    if (rc == 0) {
+        rc = strtoull(PQcmdTuples(r), NULL, 10) > 0;
+        PQclear(r);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+const acemq__idem_methods acemq__pg_idem_methods = {
+    .version = ACEMQ__IDEM_METHODS_VERSION,
+    .name = "postgres",
+    .close = acemq__pg_idem_close,
+    .try_claim = pg_try_claim,
+    .confirm = pg_confirm,
+    .release = pg_release,
+    .renew = pg_renew,
+    .is_confirmed = pg_is_confirmed,
+    .purge = pg_purge,
+    .try_claim_many = pg_try_claim_many,
+    .counts = pg_counts,
+    .inspect = pg_inspect,
+    .forget = pg_forget,
+};
