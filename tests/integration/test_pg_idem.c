@@ -309,6 +309,37 @@ static void a_restarted_server_is_reconnected(void **state)
     acemq_idem_close(h);
 }
 
+/* A batch travels as arrays of hex text: ids with NUL, quotes, backslashes,
+ * braces and commas come back whole, each claimed once, a repeat answered
+ * from its first. */
+static void a_batch_of_awkward_binary_ids(void **state)
+{
+    (void)state;
+    char url[512];
+    assert_int_equal(test_backend_fresh_url("postgres", url, sizeof url), 0);
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open(&h, url, NULL), 0);
+    static const char a[] = {'a', 0, 'b'}, b[] = {'"', '\\', '{', '}', ',', ' '},
+                      c[] = {(char)0xff, (char)0x80, '\'', 'N', 'U', 'L', 'L'};
+    acemq_idem_key keys[4] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}, {a, sizeof a}};
+    acemq_claim out[4];
+    int st[4];
+    assert_int_equal(acemq_idem_try_claim_many(h, 4, keys, NULL, out, st), 3);
+    assert_int_equal(st[0], ACEMQ_CLAIMED);
+    assert_int_equal(st[1], ACEMQ_CLAIMED);
+    assert_int_equal(st[2], ACEMQ_CLAIMED);
+    assert_int_equal(st[3], ACEMQ_IN_PROGRESS);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(acemq_idem_confirm(h, keys[i].id, keys[i].id_len, out[i].token), 0);
+    acemq_claim one;
+    assert_int_equal(acemq_idem_try_claim(h, c, sizeof c, NULL, &one), ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(acemq_idem_try_claim(h, "NULL", 4, NULL, &one), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_try_claim_many(h, 4, keys, NULL, out, st), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], ACEMQ_ALREADY_CONFIRMED);
+    acemq_idem_close(h);
+}
+
 /* Bad URLs are the URL's fault, and a server that is down an I/O error, both
  * with their reason. */
 static void bad_urls_and_a_server_that_is_down(void **state)
@@ -359,6 +390,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(inbox_survives_kill_9_around_commit),
         cmocka_unit_test(lease_runs_out_on_the_database_clock),
         cmocka_unit_test(four_processes_one_claim_each),
+        cmocka_unit_test(a_batch_of_awkward_binary_ids),
         cmocka_unit_test(bad_urls_and_a_server_that_is_down),
         cmocka_unit_test(a_restarted_server_is_reconnected),
     };

@@ -116,43 +116,46 @@ static int run(acemq_idem *h, int q, const params *in, PGresult **out)
     }
 }
 
-static int differs(const PGresult *r, int col, const acemq__bytes *fp)
+static int differs(const PGresult *r, int k, int col, const acemq__bytes *fp)
 {
-    if (fp->len == 0 || PQgetisnull(r, 0, col)) return 0;
-    size_t n = (size_t)PQgetlength(r, 0, col);
-    return n != fp->len || memcmp(PQgetvalue(r, 0, col), fp->data, n) != 0;
+    if (fp->len == 0 || PQgetisnull(r, k, col)) return 0;
+    size_t n = (size_t)PQgetlength(r, k, col);
+    return n != fp->len || memcmp(PQgetvalue(r, k, col), fp->data, n) != 0;
 }
 
-/* Columns of the claim's RETURNING. */
-enum { C_CLAIMED, C_STATE, C_TOKEN, C_LEASE, C_EXPIRES, C_FP, C_RESULT, C_TAKEOVER, C_NOW };
+/* Columns of the claims' RETURNING (the batch's adds the id). */
+enum { C_CLAIMED, C_STATE, C_TOKEN, C_LEASE, C_EXPIRES, C_FP, C_RESULT, C_TAKEOVER, C_ID };
 
-static int answer_claim(acemq_idem *h, const PGresult *r, const acemq__claim_args *a,
-                        acemq_claim *out)
+/* What try_claim answers from row k of a claim's result: claimed says the
+ * statement took the row for this claim. */
+static int answer_row(acemq_idem *h, const PGresult *r, int k, int claimed,
+                      const acemq__claim_args *a, acemq_claim *out)
 {
-    if (get_bool(r, 0, C_CLAIMED)) {
-        out->token = (uint64_t)get_int(r, 0, C_TOKEN);
-        out->lease_until_ms = get_int(r, 0, C_LEASE);
-        out->takeover = get_bool(r, 0, C_TAKEOVER);
+    if (claimed) {
+        out->token = (uint64_t)get_int(r, k, C_TOKEN);
+        out->lease_until_ms = get_int(r, k, C_LEASE);
+        out->takeover = get_bool(r, k, C_TAKEOVER);
         return ACEMQ_CLAIMED;
     }
-    int64_t now = get_int(r, 0, C_NOW);
-    int64_t state = get_int(r, 0, C_STATE);
-    if (differs(r, C_FP, &a->fingerprint))
+    /* Not taken: a confirmed row is within retention, a claimed one held
+     * (or claimed with another payload's fingerprint). */
+    int64_t state = get_int(r, k, C_STATE);
+    if (differs(r, k, C_FP, &a->fingerprint))
         return acemq__idem_fail(h, ACEMQ_EMISMATCH,
                                 "id already seen with a different payload fingerprint");
-    if (state == 2 && get_int(r, 0, C_EXPIRES) > now) {
-        if (!PQgetisnull(r, 0, C_RESULT)) {
-            size_t n = (size_t)PQgetlength(r, 0, C_RESULT);
+    if (state == 2) {
+        if (!PQgetisnull(r, k, C_RESULT)) {
+            size_t n = (size_t)PQgetlength(r, k, C_RESULT);
             out->has_result = 1;
             out->result_len = n;
             if (a->result_cap > 0 && n > 0)
-                memcpy(a->result_buf, PQgetvalue(r, 0, C_RESULT),
+                memcpy(a->result_buf, PQgetvalue(r, k, C_RESULT),
                        n < a->result_cap ? n : a->result_cap);
         }
         return ACEMQ_ALREADY_CONFIRMED;
     }
     if (state == 1) {
-        out->lease_until_ms = get_int(r, 0, C_LEASE);
+        out->lease_until_ms = get_int(r, k, C_LEASE);
         return ACEMQ_IN_PROGRESS;
     }
     return acemq__idem_fail(h, ACEMQ_EBACKEND, "postgres: a claim left the row in state %lld",
@@ -180,7 +183,7 @@ static int claim_answer(acemq_idem *h, PGresult *r, const acemq__claim_args *a, 
     if (st != PGRES_TUPLES_OK) return acemq__pg_idem_fail(h, r, "claim");
     if (PQntuples(r) != 1)
         return acemq__idem_fail(h, ACEMQ_EBACKEND, "postgres: a claim returned no row");
-    return answer_claim(h, r, a, out);
+    return answer_row(h, r, 0, get_bool(r, 0, C_CLAIMED), a, out);
 }
 
 static int pg_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__claim_args *a,
@@ -198,72 +201,120 @@ static int pg_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__clai
     return rc;
 }
 
-/* A batch in one round trip: every claim sent at once in libpq's pipeline
- * mode, each followed by a sync so it commits on its own as a lone
- * try_claim does, then the answers read in order. The server runs them in
- * that order, so a repeated id finds its earlier claim. On a caller's
- * connection inside a transaction (where a sync would not end each claim)
- * the claims go one by one. */
+/* A growing text buffer for the batch's array parameters. */
+typedef struct text {
+    char *s;
+    size_t n, cap;
+    int failed;
+} text;
+
+static void put(text *t, const char *data, size_t len)
+{
+    if (t->failed) return;
+    if (t->n + len + 1 > t->cap) {
+        size_t cap = (t->cap + len + 1) * 2;
+        char *s = realloc(t->s, cap);
+        if (!s) {
+            t->failed = 1;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->n, data, len);
+    t->n += len;
+    t->s[t->n] = '\0';
+}
+
+/* A bytea array element in PostgreSQL's text form: "\\x<hex>". */
+static void put_bytea(text *t, const unsigned char *b, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    put(t, "\"\\\\x", 4);
+    for (size_t i = 0; i < len; i++) {
+        char pair[2] = {hex[b[i] >> 4], hex[b[i] & 15]};
+        put(t, pair, 2);
+    }
+    put(t, "\"", 1);
+}
+
+/* The first earlier element of the batch with the same id, or i. */
+static size_t first_of(const acemq__bytes *ids, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (ids[j].len == ids[i].len && memcmp(ids[j].data, ids[i].data, ids[i].len) == 0) return j;
+    return i;
+}
+
+/* The row the batch's statement returned for id, or -1. */
+static int row_of(const PGresult *r, const acemq__bytes *id)
+{
+    for (int k = 0; k < PQntuples(r); k++)
+        if ((size_t)PQgetlength(r, k, C_ID) == id->len &&
+            memcmp(PQgetvalue(r, k, C_ID), id->data, id->len) == 0)
+            return k;
+    return -1;
+}
+
+/* A batch in one round trip and one statement over arrays of its distinct
+ * ids; a repeated id is answered from its first one's row, which is what a
+ * second claim would have read. Binary ids travel hex-encoded. */
 static int pg_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
                              const acemq__claim_args *a, acemq_claim *out, int *status)
 {
     pg_idem *p = h->self;
+    text t_ids = {0}, t_leases = {0}, t_fps = {0};
+    put(&t_ids, "{", 1);
+    put(&t_leases, "{", 1);
+    put(&t_fps, "{", 1);
+    size_t distinct = 0;
+    int64_t now_ms = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!ids[i].len || first_of(ids, i) != i) continue;
+        const char *sep = distinct++ ? "," : "";
+        put(&t_ids, sep, strlen(sep));
+        put(&t_leases, sep, strlen(sep));
+        put(&t_fps, sep, strlen(sep));
+        put_bytea(&t_ids, ids[i].data, ids[i].len);
+        char num[24];
+        int len = snprintf(num, sizeof num, "%lld", (long long)(a[i].lease_until_ms - a[i].now_ms));
+        put(&t_leases, num, (size_t)len);
+        if (a[i].fingerprint.len)
+            put_bytea(&t_fps, a[i].fingerprint.data, a[i].fingerprint.len);
+        else
+            put(&t_fps, "NULL", 4);
+        now_ms = a[i].now_ms;
+    }
+    put(&t_ids, "}", 1);
+    put(&t_leases, "}", 1);
+    put(&t_fps, "}", 1);
+    int rc = t_ids.failed || t_leases.failed || t_fps.failed
+                 ? acemq__idem_fail(h, ACEMQ_ENOMEM, "postgres: out of memory")
+                 : 0;
     pthread_mutex_lock(&p->lock);
-    int rc = acemq__pg_idem_ensure_connected(h);
-    int piped = rc == 0 && PQtransactionStatus(p->conn) == PQTRANS_IDLE &&
-                PQenterPipelineMode(p->conn) == 1;
-    size_t sent = 0;
-    for (size_t i = 0; piped && i < n; i++) {
-        if (!ids[i].len) continue;
-        params q;
-        claim_params(p, &q, &ids[i], &a[i]);
-        if (PQsendQueryPrepared(p->conn, p->names[PGQ_CLAIM], acemq__pg_idem_nparams[PGQ_CLAIM],
-                                q.v, q.len, q.fmt, 1) != 1 ||
-            PQpipelineSync(p->conn) != 1)
-            break;
-        sent = i + 1;
+    PGresult *r = NULL;
+    if (rc == 0 && distinct > 0) {
+        params q = {{t_ids.s, t_leases.s, t_fps.s}, {0}, {0}, {{0}}};
+        p_now(p, &q, 3, now_ms);
+        rc = run(h, PGQ_CLAIM_MANY, &q, &r);
     }
     for (size_t i = 0; i < n; i++) {
         if (!ids[i].len) continue;
-        if (!piped) { /* one by one */
-            PGresult *r = NULL;
-            params q;
-            claim_params(p, &q, &ids[i], &a[i]);
-            status[i] = rc != 0 ? rc : run(h, PGQ_CLAIM, &q, &r);
-            if (status[i] == 0) status[i] = claim_answer(h, r, &a[i], &out[i]);
-            PQclear(r);
-            continue;
-        }
-        if (i >= sent) {
-            status[i] = acemq__pg_idem_fail(h, NULL, "sending a batch of claims");
-            continue;
-        }
-        PGresult *r = PQgetResult(p->conn);
-        status[i] = claim_answer(h, r, &a[i], &out[i]);
-        /* Then the end of this query's results (NULL) and its sync; two
-         * NULLs in a row mean the connection has nothing more to give. */
-        PQclear(r);
-        for (int nulls = 0; nulls < 2;) {
-            r = PQgetResult(p->conn);
-            if (!r) {
-                nulls++;
-                continue;
-            }
-            int sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
-            PQclear(r);
-            if (sync) break;
-            nulls = 0;
-        }
+        size_t first = first_of(ids, i);
+        int k = rc == 0 ? row_of(r, &ids[i]) : -1;
+        if (rc != 0)
+            status[i] = rc;
+        else if (k < 0)
+            status[i] = acemq__idem_fail(h, ACEMQ_EBACKEND, "postgres: a batch lost an id");
+        else
+            status[i] =
+                answer_row(h, r, k, first == i && get_bool(r, k, C_CLAIMED), &a[i], &out[i]);
     }
-    if (piped && PQexitPipelineMode(p->conn) != 1) {
-        /* Results left unread (a lost connection): drop the connection so
-         * the next call starts afresh. */
-        PGresult *r;
-        while ((r = PQgetResult(p->conn)) != NULL)
-            PQclear(r);
-        (void)PQexitPipelineMode(p->conn);
-    }
+    PQclear(r);
     pthread_mutex_unlock(&p->lock);
+    free(t_ids.s);
+    free(t_leases.s);
+    free(t_fps.s);
     return 0;
 }
 

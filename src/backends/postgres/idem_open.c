@@ -62,9 +62,6 @@ static int prepare_all(acemq_idem *h)
                  (long long)p->statement_timeout_ms);
         int rc = exec_ok(h, set, "statement_timeout");
         if (rc != 0) return rc;
-        /* Each statement keeps one plan whatever its parameters. */
-        rc = exec_ok(h, "SET plan_cache_mode = force_generic_plan", "plan_cache_mode");
-        if (rc != 0) return rc;
     }
     for (int i = 0; i < PGQ_COUNT; i++) {
         PGresult *r = PQprepare(p->conn, p->names[i], p->sql[i], acemq__pg_idem_nparams[i],
@@ -168,7 +165,7 @@ static int new_state(acemq_idem *h, const char *table, char **schema)
     p->db_clock = h->clock.now_ms == sys->now_ms && h->clock.ctx == sys->ctx;
     static const char *const suffix[PGQ_COUNT] = {
         "claim",           "confirm", "release",    "renew",   "is_confirmed", "purge_done",
-        "purge_abandoned", "counts",  "next_lease", "inspect", "forget"};
+        "purge_abandoned", "counts",  "next_lease", "inspect", "forget",       "claim_many"};
     for (int i = 0; i < PGQ_COUNT; i++)
         snprintf(p->names[i], sizeof p->names[i], "acemq_idem_%s_%s", table, suffix[i]);
     if (acemq__pg_idem_sql(table, p->sql, schema) != 0)

@@ -39,6 +39,7 @@ enum {
     PGQ_NEXT_LEASE,
     PGQ_INSPECT,
     PGQ_FORGET,
+    PGQ_CLAIM_MANY,
     PGQ_COUNT
 };
 

@@ -21,7 +21,7 @@
 const int acemq__pg_idem_nparams[PGQ_COUNT] = {
     [PGQ_CLAIM] = 4,        [PGQ_CONFIRM] = 5,    [PGQ_RELEASE] = 4,         [PGQ_RENEW] = 4,
     [PGQ_IS_CONFIRMED] = 2, [PGQ_PURGE_DONE] = 2, [PGQ_PURGE_ABANDONED] = 3, [PGQ_COUNTS] = 1,
-    [PGQ_NEXT_LEASE] = 1,   [PGQ_INSPECT] = 2,    [PGQ_FORGET] = 1,
+    [PGQ_NEXT_LEASE] = 1,   [PGQ_INSPECT] = 2,    [PGQ_FORGET] = 1,          [PGQ_CLAIM_MANY] = 4,
 };
 
 const unsigned acemq__pg_idem_types[PGQ_COUNT][5] = {
@@ -36,14 +36,31 @@ const unsigned acemq__pg_idem_types[PGQ_COUNT][5] = {
     [PGQ_NEXT_LEASE] = {INT8},
     [PGQ_INSPECT] = {BYTEA, INT8},
     [PGQ_FORGET] = {BYTEA},
+    [PGQ_CLAIM_MANY] = {1001u, 1016u, 1001u, INT8}, /* bytea[], bigint[] */
 };
 
 /* A claim may take the row: released, confirmed past retention, or claimed
- * with the lease run out and no other payload's fingerprint. */
-#define TAKE                                                                                       \
-    "(r.state = 0 OR (r.state = 2 AND r.expires_at <= (SELECT now FROM p)) OR (r.state = 1 AND "   \
-    "r.lease_until <= (SELECT now FROM p) AND NOT ($4 IS NOT NULL AND r.fingerprint IS NOT NULL "  \
-    "AND r.fingerprint <> $4)))"
+ * with the lease run out and no other payload's fingerprint (fp). */
+#define TAKE_WITH(now, fp)                                                                         \
+    "(r.state = 0 OR (r.state = 2 AND r.expires_at <= " now ") OR (r.state = 1 AND "               \
+    "r.lease_until <= " now " AND NOT (" fp " IS NOT NULL AND r.fingerprint IS NOT NULL AND "      \
+    "r.fingerprint <> " fp ")))"
+/* The single claim's now is its new lease end less its lease. */
+#define TAKE TAKE_WITH("(EXCLUDED.lease_until - $3)", "$4")
+#define TAKE_MANY TAKE_WITH(NOW(4), "EXCLUDED.fingerprint")
+
+/* The SET of a claim that finds the row: the new claim where TAKE says the
+ * row may be taken, else the row rewritten as it was. Every SET reads the
+ * row as it was. */
+#define CLAIM_SET(take, fp)                                                                        \
+    "state = CASE WHEN " take " THEN 1 ELSE r.state END, "                                         \
+    "token = CASE WHEN " take " THEN EXCLUDED.token ELSE r.token END, "                            \
+    "lease_until = CASE WHEN " take " THEN EXCLUDED.lease_until ELSE r.lease_until END, "          \
+    "expires_at = CASE WHEN " take " THEN NULL ELSE r.expires_at END, "                            \
+    "fingerprint = CASE WHEN " take " AND r.state = 2 THEN " fp " WHEN " take " THEN coalesce(" fp \
+    ", r.fingerprint) ELSE r.fingerprint END, "                                                    \
+    "result = CASE WHEN " take " THEN NULL ELSE r.result END, "                                    \
+    "takeover = CASE WHEN " take " THEN r.state = 1 ELSE r.takeover END"
 
 static char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *format(const char *fmt, ...)
@@ -66,28 +83,40 @@ int acemq__pg_idem_sql(const char *t, char **sql, char **schema)
     /* The claim: one statement. A new id is inserted; an id the claim may
      * take is updated into the new claim; any other row is rewritten as it
      * was, which locks its latest version so the answer read back (held,
-     * confirmed, another fingerprint) is that version's. claimed says
-     * which: the row holds this statement's token. Every SET reads the row
-     * as it was. */
+     * confirmed, another fingerprint) is that version's. The first column
+     * says which: the row holds the token this statement's nextval drew
+     * (currval, this session's). Every SET reads the row as it was. */
     sql[PGQ_CLAIM] = format(
-        "WITH p AS (SELECT " NOW(
-            2) " AS now, nextval('\"%s_token\"') AS tok) "
-               "INSERT INTO \"%s\" AS r (id, state, token, lease_until, expires_at, fingerprint, "
-               "result,"
-               " takeover) SELECT $1, 1, p.tok, p.now + $3, NULL, $4, NULL, false FROM p "
-               "ON CONFLICT (id) DO UPDATE SET "
-               "state = CASE WHEN " TAKE " THEN 1 ELSE r.state END, "
-               "token = CASE WHEN " TAKE " THEN EXCLUDED.token ELSE r.token END, "
-               "lease_until = CASE WHEN " TAKE " THEN EXCLUDED.lease_until ELSE r.lease_until END, "
-               "expires_at = CASE WHEN " TAKE " THEN NULL ELSE r.expires_at END, "
-               "fingerprint = CASE WHEN " TAKE " AND r.state = 2 THEN $4 WHEN " TAKE
-               " THEN coalesce($4, r.fingerprint) ELSE r.fingerprint END, "
-               "result = CASE WHEN " TAKE " THEN NULL ELSE r.result END, "
-               "takeover = CASE WHEN " TAKE " THEN r.state = 1 ELSE r.takeover END "
-               "RETURNING r.token = (SELECT tok FROM p), r.state, r.token, r.lease_until, "
-               "r.expires_at,"
-               " r.fingerprint, r.result, r.takeover, (SELECT now FROM p)",
-        t, t);
+        "INSERT INTO \"%s\" AS r (id, state, token, lease_until, expires_at, fingerprint, result,"
+        " takeover) VALUES ($1, 1, nextval('\"%s_token\"'), " NOW(
+            2) " + $3, NULL, $4, NULL, false)"
+               " ON CONFLICT (id) DO UPDATE SET " CLAIM_SET(
+                   TAKE,
+                   "$4") ", batch = CASE WHEN " TAKE
+                         " THEN NULL ELSE r.batch END RETURNING r.token = currval('\"%s_token\"'),"
+                         " r.state, r.token, r.lease_until, r.expires_at, r.fingerprint, r.result, "
+                         "r.takeover",
+        t, t, t);
+    /* A batch: one statement over arrays of distinct ids (the caller
+     * answers a repeated id from its first one's row), taken in id order
+     * so that batches which share ids lock them in the same order. A row
+     * this statement claimed holds its batch number, a value of the token
+     * sequence, so no other statement's. */
+    sql[PGQ_CLAIM_MANY] = format(
+        "WITH b AS MATERIALIZED (SELECT nextval('\"%s_token\"') AS v) INSERT INTO \"%s\" AS r (id, "
+        "state, token, lease_until, expires_at, fingerprint, result,"
+        " takeover, batch) SELECT u.id, 1, nextval('\"%s_token\"'), " NOW(
+            4) " + u.lease, NULL,"
+               " u.fp, NULL, false, (SELECT v FROM b) FROM unnest($1::bytea[], $2::bigint[], "
+               "$3::bytea[]) AS u(id,"
+               " lease, fp) ORDER BY u.id ON CONFLICT (id) DO UPDATE SET " CLAIM_SET(
+                   TAKE_MANY, "EXCLUDED.fingerprint") ", batch = CASE WHEN " TAKE_MANY
+                                                      " THEN (SELECT v FROM b) ELSE r.batch END"
+                                                      " RETURNING r.batch = (SELECT v FROM b), "
+                                                      "r.state, r.token, "
+                                                      "r.lease_until, r.expires_at, r.fingerprint,"
+                                                      " r.result, r.takeover, r.id",
+        t, t, t);
     /* A repeated confirm is fine while the confirmation is remembered. */
     sql[PGQ_CONFIRM] =
         format("WITH p AS (SELECT " NOW(
@@ -130,14 +159,15 @@ int acemq__pg_idem_sql(const char *t, char **sql, char **schema)
                                                     " WHERE id = $1",
                               t);
     sql[PGQ_FORGET] = format("DELETE FROM \"%s\" WHERE id = $1", t);
-    *schema = format("CREATE TABLE IF NOT EXISTS \"%s\" (id bytea PRIMARY KEY,"
-                     " state smallint NOT NULL, token bigint NOT NULL, lease_until bigint,"
-                     " expires_at bigint, fingerprint bytea, result bytea,"
-                     " takeover boolean NOT NULL DEFAULT false) WITH (fillfactor = 80);"
-                     " CREATE SEQUENCE IF NOT EXISTS \"%s_token\";"
-                     " CREATE INDEX IF NOT EXISTS \"%s_expires\" ON \"%s\" (expires_at)"
-                     " WHERE state <> 1",
-                     t, t, t, t);
+    *schema =
+        format("CREATE TABLE IF NOT EXISTS \"%s\" (id bytea PRIMARY KEY,"
+               " state smallint NOT NULL, token bigint NOT NULL, lease_until bigint,"
+               " expires_at bigint, fingerprint bytea, result bytea,"
+               " takeover boolean NOT NULL DEFAULT false, batch bigint) WITH (fillfactor = 80);"
+               " CREATE SEQUENCE IF NOT EXISTS \"%s_token\";"
+               " CREATE INDEX IF NOT EXISTS \"%s_expires\" ON \"%s\" (expires_at)"
+               " WHERE state <> 1",
+               t, t, t, t);
     int ok = *schema != NULL;
     for (int i = 0; i < PGQ_COUNT; i++)
         ok = ok && sql[i] != NULL;
