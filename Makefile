@@ -24,7 +24,7 @@ build: deps $(BUILD)/CMakeCache.txt
 
 # The servers the integration suites talk to, started on loopback for the
 # run and stopped afterwards (scripts/services.sh).
-SERVICES    ?= postgres,rabbitmq
+SERVICES    ?= redis,postgres,rabbitmq
 WITH_SERVICES = scripts/with-services.sh $(SERVICES) --
 
 # ctest exits 0 when a test skips (a server's URL missing); every server is

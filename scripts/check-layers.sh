@@ -35,7 +35,7 @@ layer_of() {
     backends/*) echo 3 ;;
     relay/* | consumer/* | route/*) echo 4 ;;
     cli/*) echo 5 ;;
-    acemq/common.h) echo 0 ;;
+    acemq/common.h | acemq/log.h) echo 0 ;;
     acemq/idem.h | acemq/outbox.h | acemq/broker.h | acemq/audit.h) echo 2 ;;
     acemq/sqlite.h | acemq/postgres.h) echo 3 ;;
     acemq/relay.h) echo 4 ;;

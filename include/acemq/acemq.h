@@ -3,6 +3,7 @@
 #define ACEMQ_ACEMQ_H
 
 #include "acemq/common.h"
+#include "acemq/log.h"
 #include "acemq/idem.h"
 #include "acemq/audit.h"
 

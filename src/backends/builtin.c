@@ -13,6 +13,7 @@ void acemq__backends_init(void)
     (void)acemq__registry_add(&acemq__idem_registry, &acemq__sqlite_idem_backend.entry);
     (void)acemq__registry_add(&acemq__idem_registry, &acemq__pg_idem_backend.entry);
     (void)acemq__registry_add(&acemq__idem_registry, &acemq__pgsql_idem_backend.entry);
+    (void)acemq__registry_add(&acemq__idem_registry, &acemq__redis_idem_backend.entry);
     (void)acemq__registry_add(&acemq__outbox_registry, &acemq__sqlite_outbox_backend.entry);
     (void)acemq__registry_add(&acemq__outbox_registry, &acemq__pg_outbox_backend.entry);
     (void)acemq__registry_add(&acemq__outbox_registry, &acemq__pgsql_outbox_backend.entry);

@@ -14,6 +14,7 @@ extern const acemq__idem_backend acemq__memory_idem_backend; /* memory: */
 extern const acemq__idem_backend acemq__sqlite_idem_backend; /* sqlite: */
 extern const acemq__idem_backend acemq__pg_idem_backend;     /* postgres:// */
 extern const acemq__idem_backend acemq__pgsql_idem_backend;  /* postgresql:// */
+extern const acemq__idem_backend acemq__redis_idem_backend;  /* redis:// */
 
 extern const acemq__outbox_backend acemq__sqlite_outbox_backend; /* sqlite: */
 extern const acemq__outbox_backend acemq__pg_outbox_backend;     /* postgres:// */

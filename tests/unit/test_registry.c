@@ -21,15 +21,15 @@
 static void builtins_are_found_by_scheme(void **state)
 {
     (void)state;
-    const char *idem[] = {"memory", "sqlite"}, *outbox[] = {"sqlite", "postgres", "postgresql"},
-               *broker[] = {"amqp", "memory"};
-    for (size_t i = 0; i < 2; i++)
+    const char *idem[] = {"memory", "sqlite", "postgres", "postgresql", "redis"},
+               *outbox[] = {"sqlite", "postgres", "postgresql"}, *broker[] = {"amqp", "memory"};
+    for (size_t i = 0; i < 5; i++)
         assert_non_null(acemq__registry_find(&acemq__idem_registry, idem[i]));
     for (size_t i = 0; i < 3; i++)
         assert_non_null(acemq__registry_find(&acemq__outbox_registry, outbox[i]));
     for (size_t i = 0; i < 2; i++)
         assert_non_null(acemq__registry_find(&acemq__broker_registry, broker[i]));
-    assert_null(acemq__registry_find(&acemq__idem_registry, "postgres"));
+    assert_null(acemq__registry_find(&acemq__idem_registry, "amqp"));
     assert_null(acemq__registry_find(&acemq__outbox_registry, "memory"));
     assert_null(acemq__registry_find(&acemq__broker_registry, "sqlite"));
     /* The same backend is found by both of PostgreSQL's schemes. */
@@ -79,7 +79,8 @@ static void a_registered_backend_is_opened_by_its_scheme(void **state)
     acemq_idem *h = NULL;
     assert_int_equal(acemq_idem_open(&h, "fake:x", NULL), ACEMQ_EURL);
     assert_null(h);
-    assert_string_equal(acemq_idem_errmsg(NULL), "unknown store 'fake:'; known: memory:, sqlite:");
+    assert_string_equal(acemq_idem_errmsg(NULL),
+                        "unknown store 'fake:'; known: memory:, sqlite:, postgres://, redis://");
 
     static const acemq__idem_backend fake = {{"fake", "fake:"}, fake_open};
     assert_int_equal(acemq__registry_add(&acemq__idem_registry, &fake.entry), 0);
@@ -99,8 +100,9 @@ static void a_registered_backend_is_opened_by_its_scheme(void **state)
     assert_int_equal(opens, 100);
     assert_string_equal(acemq_idem_errmsg(NULL), "fake: refused");
     assert_int_equal(acemq_idem_open(&h, "nope:x", NULL), ACEMQ_EURL);
-    assert_string_equal(acemq_idem_errmsg(NULL),
-                        "unknown store 'nope:'; known: memory:, sqlite:, fake:");
+    assert_string_equal(
+        acemq_idem_errmsg(NULL),
+        "unknown store 'nope:'; known: memory:, sqlite:, postgres://, redis://, fake:");
     /* The built-ins are still there. */
     assert_int_equal(acemq_idem_open(&h, "memory:", NULL), 0);
     assert_string_equal(acemq_idem_backend(h), "memory");

@@ -1,0 +1,337 @@
+/* idem.c — the Redis store's methods: each one EVALSHA of its script
+ * (scripts.c) under the handle's lock; try_claim_many sends a batch's
+ * scripts in one write and reads their replies after (one round trip).
+ * idem_redis.h states the invariants.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/redis/idem_redis.h"
+
+/* A number as a script argument. */
+typedef struct num {
+    char s[24];
+} num;
+
+static size_t put(num *n, int64_t v)
+{
+    return (size_t)snprintf(n->s, sizeof n->s, "%" PRId64, v);
+}
+
+/* ARGV[1] of every script: now, or '' when the server's clock decides. */
+static size_t put_now(const redis_idem *r, num *n, int64_t now_ms)
+{
+    if (r->server_clock) {
+        n->s[0] = '\0';
+        return 0;
+    }
+    return put(n, now_ms);
+}
+
+static int unexpected(acemq_idem *h, const char *op, const redisReply *reply)
+{
+    return acemq__idem_fail(h, ACEMQ_EBACKEND, "redis: %s: the script answered %s", op,
+                            reply->type == REDIS_REPLY_ERROR ? reply->str : "an unexpected reply");
+}
+
+static int stale(acemq_idem *h, const char *op, uint64_t token)
+{
+    return acemq__idem_fail(h, ACEMQ_ESTALE,
+                            "%s: token %" PRIu64
+                            " is not the current claim on this id (taken over, "
+                            "released, never issued or forgotten)",
+                            op, token);
+}
+
+/* ---- try_claim ----------------------------------------------------------- */
+
+/* The claim script's arguments for one id. */
+typedef struct claim_call {
+    num now, lease, retention, cap;
+    const char *args[5];
+    size_t lens[5];
+} claim_call;
+
+static void claim_call_init(const redis_idem *r, acemq_idem *h, const acemq__claim_args *a,
+                            claim_call *c)
+{
+    c->lens[0] = put_now(r, &c->now, a->now_ms);
+    c->lens[1] = put(&c->lease, a->lease_until_ms - a->now_ms);
+    c->lens[2] = put(&c->retention, h->opts.retention_ms);
+    c->lens[3] = a->fingerprint.len;
+    c->lens[4] = put(&c->cap, (int64_t)a->result_cap);
+    c->args[0] = c->now.s;
+    c->args[1] = c->lease.s;
+    c->args[2] = c->retention.s;
+    c->args[3] = a->fingerprint.len ? (const char *)a->fingerprint.data : "";
+    c->args[4] = c->cap.s;
+}
+
+static int is_int(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_INTEGER;
+}
+
+/* Turns the claim script's reply into try_claim's answer. */
+static int claim_answer(acemq_idem *h, const redisReply *rep, const acemq__claim_args *a,
+                        acemq_claim *out)
+{
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 || !is_int(rep->element[0]))
+        return unexpected(h, "claim", rep);
+    redisReply **e = rep->element;
+    switch (e[0]->integer) {
+    case 0:
+        if (rep->elements != 5 || !is_int(e[1]) || !is_int(e[2]) || !is_int(e[3]) ||
+            !is_int(e[4]) || e[1]->integer <= 0)
+            break;
+        out->token = (uint64_t)e[1]->integer;
+        out->lease_until_ms = e[2]->integer;
+        out->takeover = e[3]->integer != 0;
+        /* A confirmation forgotten here never reaches purge; counted as
+         * the other stores count it. */
+        if (e[4]->integer) ACEMQ__IDEM_COUNT(h, expirations, 1);
+        return ACEMQ_CLAIMED;
+    case 1:
+        if (rep->elements != 4 || !is_int(e[1]) || !is_int(e[2]) ||
+            e[3]->type != REDIS_REPLY_STRING)
+            break;
+        out->has_result = e[1]->integer != 0;
+        out->result_len = (size_t)e[2]->integer;
+        if (a->result_cap > 0 && e[3]->len > 0)
+            memcpy(a->result_buf, e[3]->str, e[3]->len < a->result_cap ? e[3]->len : a->result_cap);
+        return ACEMQ_ALREADY_CONFIRMED;
+    case 2:
+        if (rep->elements != 2 || !is_int(e[1])) break;
+        out->lease_until_ms = e[1]->integer;
+        return ACEMQ_IN_PROGRESS;
+    case 3:
+        return acemq__idem_fail(h, ACEMQ_EMISMATCH,
+                                "id already seen with a different payload fingerprint");
+    default:
+        break;
+    }
+    return unexpected(h, "claim", rep);
+}
+
+static int redis_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__claim_args *a,
+                           acemq_claim *out)
+{
+    redis_idem *r = h->self;
+    claim_call c;
+    claim_call_init(r, h, a, &c);
+    pthread_mutex_lock(&r->lock);
+    size_t klen = acemq__redis_key(r, id);
+    redisReply *reply = NULL;
+    int rc = acemq__redis_script(h, RS_CLAIM, klen, 5, c.args, c.lens, &reply);
+    if (rc == 0) rc = claim_answer(h, reply, a, out);
+    pthread_mutex_unlock(&r->lock);
+    if (reply) freeReplyObject(reply);
+    return rc;
+}
+
+/* ---- try_claim_many ------------------------------------------------------ */
+
+typedef struct many_ctx {
+    const acemq__bytes *ids;
+    const size_t *which; /* element of ids for the pipeline's i-th command */
+    claim_call *calls;
+} many_ctx;
+
+static int build_claim(acemq_idem *h, void *ctx, size_t i, const char **argv, size_t *lens)
+{
+    redis_idem *r = h->self;
+    many_ctx *m = ctx;
+    size_t j = m->which[i];
+    size_t klen = acemq__redis_key(r, &m->ids[j]);
+    /* hiredis copies the command when it is appended: r->key is free again. */
+    return acemq__redis_evalsha_argv(r, RS_CLAIM, r->key, klen, 5, m->calls[j].args,
+                                     m->calls[j].lens, argv, lens);
+}
+
+static int redis_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
+                                const acemq__claim_args *a, acemq_claim *out, int *status)
+{
+    redis_idem *r = h->self;
+    claim_call calls[REDIS_PIPELINE_MAX];
+    size_t which[REDIS_PIPELINE_MAX];
+    redisReply *replies[REDIS_PIPELINE_MAX];
+    pthread_mutex_lock(&r->lock);
+    for (size_t lo = 0; lo < n; lo += REDIS_PIPELINE_MAX) {
+        size_t k = n - lo < REDIS_PIPELINE_MAX ? n - lo : REDIS_PIPELINE_MAX, m = 0;
+        for (size_t i = lo; i < lo + k; i++) {
+            if (ids[i].len == 0) continue; /* answered by the core */
+            claim_call_init(r, h, &a[i], &calls[i - lo]);
+            which[m++] = i - lo;
+        }
+        if (m == 0) continue;
+        many_ctx ctx = {ids + lo, which, calls};
+        int rc = acemq__redis_script_many(h, m, build_claim, &ctx, replies);
+        char lost[sizeof h->errmsg] = "";
+        if (rc != 0) snprintf(lost, sizeof lost, "%s", acemq_idem_errmsg(h));
+        /* Elements left without a reply share the connection's error; their
+         * scripts may or may not have run, as for a single call. */
+        for (size_t x = 0; x < m; x++) {
+            size_t i = lo + which[x];
+            memset(&out[i], 0, sizeof out[i]);
+            if (!replies[x]) {
+                status[i] = rc != 0 ? rc : ACEMQ_EIO;
+                continue;
+            }
+            if (replies[x]->type == REDIS_REPLY_ERROR)
+                status[i] = acemq__idem_fail(h, ACEMQ_EBACKEND, "redis: %s", replies[x]->str);
+            else
+                status[i] = claim_answer(h, replies[x], &a[i], &out[i]);
+            if (status[i] != ACEMQ_CLAIMED && status[i] != ACEMQ_IN_PROGRESS &&
+                status[i] != ACEMQ_ALREADY_CONFIRMED)
+                memset(&out[i], 0, sizeof out[i]);
+            freeReplyObject(replies[x]);
+        }
+        /* The elements the connection failed come last: theirs is the text. */
+        if (rc != 0) (void)acemq__idem_fail(h, rc, "%s", lost);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+/* ---- confirm, release, renew, is_confirmed ------------------------------- */
+
+/* Runs a fencing script that answers 1 (done) or 0 (stale). */
+static int fenced(acemq_idem *h, const char *op, int which, const acemq__bytes *id, uint64_t token,
+                  int nargs, const char **args, size_t *lens)
+{
+    redis_idem *r = h->self;
+    num tok = {{0}};
+    lens[1] = (size_t)snprintf(tok.s, sizeof tok.s, "%" PRIu64, token);
+    args[1] = tok.s;
+    pthread_mutex_lock(&r->lock);
+    size_t klen = acemq__redis_key(r, id);
+    redisReply *reply = NULL;
+    int rc = acemq__redis_script(h, which, klen, nargs, args, lens, &reply);
+    if (rc == 0) {
+        if (!is_int(reply))
+            rc = unexpected(h, op, reply);
+        else if (reply->integer != 1)
+            rc = stale(h, op, token);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (reply) freeReplyObject(reply);
+    return rc;
+}
+
+static int redis_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
+                         const acemq__bytes *result, int64_t now_ms, int64_t expires_ms)
+{
+    redis_idem *r = h->self;
+    num now = {{0}}, ret = {{0}};
+    const char *args[4] = {now.s, NULL, ret.s, result->len ? (const char *)result->data : ""};
+    size_t lens[4] = {put_now(r, &now, now_ms), 0, put(&ret, expires_ms - now_ms), result->len};
+    return fenced(h, "confirm", RS_CONFIRM, id, token, 4, args, lens);
+}
+
+static int redis_release(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms)
+{
+    redis_idem *r = h->self;
+    num now = {{0}};
+    const char *args[2] = {now.s, NULL};
+    size_t lens[2] = {put_now(r, &now, now_ms), 0};
+    return fenced(h, "release", RS_RELEASE, id, token, 2, args, lens);
+}
+
+static int redis_renew(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms,
+                       int64_t lease_until_ms)
+{
+    redis_idem *r = h->self;
+    num now = {{0}}, lease = {{0}}, ret = {{0}};
+    const char *args[4] = {now.s, NULL, lease.s, ret.s};
+    size_t lens[4] = {put_now(r, &now, now_ms), 0, put(&lease, lease_until_ms - now_ms),
+                      put(&ret, h->opts.retention_ms)};
+    return fenced(h, "renew", RS_RENEW, id, token, 4, args, lens);
+}
+
+static int redis_is_confirmed(acemq_idem *h, const acemq__bytes *id, int64_t now_ms)
+{
+    redis_idem *r = h->self;
+    num now = {{0}};
+    const char *args[1] = {now.s};
+    size_t lens[1] = {put_now(r, &now, now_ms)};
+    pthread_mutex_lock(&r->lock);
+    size_t klen = acemq__redis_key(r, id);
+    redisReply *reply = NULL;
+    int rc = acemq__redis_script(h, RS_IS_CONFIRMED, klen, 1, args, lens, &reply);
+    if (rc == 0) rc = is_int(reply) ? reply->integer == 1 : unexpected(h, "is_confirmed", reply);
+    pthread_mutex_unlock(&r->lock);
+    if (reply) freeReplyObject(reply);
+    return rc;
+}
+
+/* ---- purge --------------------------------------------------------------- */
+
+typedef struct purge_ctx {
+    redisReply **keys;
+    const char *args[2];
+    size_t lens[2];
+    num now, ret;
+    uint64_t purged;
+} purge_ctx;
+
+static int build_purge(acemq_idem *h, void *ctx, size_t i, const char **argv, size_t *lens)
+{
+    purge_ctx *p = ctx;
+    return acemq__redis_evalsha_argv(h->self, RS_PURGE, p->keys[i]->str, p->keys[i]->len, 2,
+                                     p->args, p->lens, argv, lens);
+}
+
+static int purge_keys(acemq_idem *h, redisReply **keys, size_t n, void *arg)
+{
+    purge_ctx *p = arg;
+    redisReply *replies[REDIS_PIPELINE_MAX];
+    p->keys = keys;
+    int rc = acemq__redis_script_many(h, n, build_purge, p, replies);
+    for (size_t i = 0; i < n; i++) {
+        if (!replies[i]) continue;
+        if (rc == 0 && !is_int(replies[i])) rc = unexpected(h, "purge", replies[i]);
+        if (is_int(replies[i]) && replies[i]->integer == 1) p->purged++;
+        freeReplyObject(replies[i]);
+    }
+    return rc;
+}
+
+/* With the server's clock, Redis removes each record at the very instant
+ * purge would (its key expiry is set to it), so there is nothing left to
+ * purge, and nothing is read. With an injected clock, time runs apart from
+ * the server's, and purge walks the records and removes those past their
+ * time on that clock. */
+static int redis_purge(acemq_idem *h, int64_t now_ms, uint64_t *purged)
+{
+    redis_idem *r = h->self;
+    *purged = 0;
+    if (r->server_clock) return 0;
+    purge_ctx p;
+    memset(&p, 0, sizeof p);
+    p.lens[0] = put_now(r, &p.now, now_ms);
+    p.lens[1] = put(&p.ret, h->opts.retention_ms);
+    p.args[0] = p.now.s;
+    p.args[1] = p.ret.s;
+    pthread_mutex_lock(&r->lock);
+    int rc = acemq__redis_scan(h, purge_keys, &p);
+    pthread_mutex_unlock(&r->lock);
+    *purged = p.purged;
+    return rc;
+}
+
+const acemq__idem_methods acemq__redis_idem_methods = {
+    .version = ACEMQ__IDEM_METHODS_VERSION,
+    .name = "redis",
+    .close = acemq__redis_idem_close,
+    .try_claim = redis_try_claim,
+    .confirm = redis_confirm,
+    .release = redis_release,
+    .renew = redis_renew,
+    .is_confirmed = redis_is_confirmed,
+    .purge = redis_purge,
+    .try_claim_many = redis_try_claim_many,
+    .counts = acemq__redis_idem_counts,
+    .inspect = acemq__redis_idem_inspect,
+    .forget = acemq__redis_idem_forget,
+};
