@@ -2,12 +2,15 @@
  * run atomically by the server, so the fencing token is checked and the
  * record changed with nothing in between.
  *
- * Every script gets KEYS[1] = the record ({P}:id:<id>, a hash), KEYS[2] =
- * the store's token counter ({P}:token), and ARGV[1] = now in ms, or ''
- * for the server's clock (TIME). Record fields: s state ('c' claimed, 'd'
- * confirmed), t token, l lease end (claimed), e retention end (confirmed),
- * f fingerprint, r stored result (only when not empty). A released record
- * is deleted: the counter, not the record, keeps tokens from coming back.
+ * Every script gets KEYS[1] = the record ({P}:id:<id>, a string),
+ * KEYS[2] = the store's token counter ({P}:token), and ARGV[1] = now in
+ * ms, or '' for the server's clock (TIME). A record is one string, five
+ * MessagePack values (cmsgpack, built into Redis's Lua): s state ('c'
+ * claimed, 'd' confirmed), t token (decimal text), x the lease end
+ * (claimed) or the retention end (confirmed), f fingerprint, r stored
+ * result ('' for none), written with SET ... PX so that its expiry comes
+ * in the same call: a claim is GET, INCR and SET. A released record is
+ * deleted: the counter, not the record, keeps tokens from coming back.
  * Tokens are compared as the decimal strings they are stored as, so a
  * forged token beyond 2^53 cannot round onto a real one.
  */
@@ -23,112 +26,107 @@
     "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                         \
     "end\n"
 
+/* A record: s, t, x, f, r = cmsgpack.unpack(value), or nil. */
+#define LOAD                                                                                       \
+    "local function load(key)\n"                                                                   \
+    "  local v = redis.call('GET', key)\n"                                                         \
+    "  if not v then return nil end\n"                                                             \
+    "  return cmsgpack.unpack(v)\n"                                                                \
+    "end\n"
+
 /* ARGV: now, lease_ms, retention_ms, fingerprint ('' none), result_cap.
  * {0, token, lease_until, takeover, forgotten}  CLAIMED
  * {1, has_result, result_len, result[1..cap]}   ALREADY_CONFIRMED
  * {2, lease_until}                              IN_PROGRESS
  * {3}                                           fingerprint mismatch */
 static const char claim[] =
-    CLOCK "local key = KEYS[1]\n"
-          "local now = clock()\n"
-          "local r = redis.call('HMGET', key, 's', 't', 'l', 'e', 'f')\n"
-          "local fp = ARGV[4]\n"
-          "local differ = fp ~= '' and r[5] and r[5] ~= fp\n"
-          "local takeover, forgotten = 0, 0\n"
-          "if r[1] == 'd' then\n"
-          "  if tonumber(r[4]) > now then\n"
-          "    if differ then return {3} end\n"
-          "    local n = redis.call('HSTRLEN', key, 'r')\n"
-          "    if n == 0 then return {1, 0, 0, ''} end\n"
-          "    local cap = tonumber(ARGV[5])\n"
-          "    local part = ''\n"
-          "    if cap > 0 then\n"
-          "      part = redis.call('HGET', key, 'r')\n"
-          "      if n > cap then part = string.sub(part, 1, cap) end\n"
-          "    end\n"
-          "    return {1, 1, n, part}\n"
-          "  end\n"
-          /* Past its retention: forgotten, fingerprint and all. */
-          "  redis.call('DEL', key)\n"
-          "  forgotten = 1\n"
-          "elseif r[1] == 'c' then\n"
-          "  if differ then return {3} end\n"
-          "  local l = tonumber(r[3])\n"
-          "  if l > now then return {2, l} end\n"
-          "  takeover = 1\n"
-          "end\n"
-          "local token = redis.call('INCR', KEYS[2])\n"
-          "local lease = tonumber(ARGV[2])\n"
-          "local until_ = now + lease\n"
-          "if fp ~= '' then\n"
-          "  redis.call('HSET', key, 's', 'c', 't', token, 'l', until_, 'f', fp)\n"
-          "else\n"
-          "  redis.call('HSET', key, 's', 'c', 't', token, 'l', until_)\n"
-          "end\n"
-          "redis.call('PEXPIRE', key, lease + tonumber(ARGV[3]))\n"
-          "return {0, token, until_, takeover, forgotten}\n";
+    CLOCK LOAD "local key = KEYS[1]\n"
+               "local now = clock()\n"
+               "local fp = ARGV[4]\n"
+               "local takeover, forgotten = 0, 0\n"
+               "local s, t, x, f, r = load(key)\n"
+               "local differ = fp ~= '' and f and f ~= '' and f ~= fp\n"
+               "if s == 'd' then\n"
+               "  if x > now then\n"
+               "    if differ then return {3} end\n"
+               "    local n = string.len(r)\n"
+               "    if n == 0 then return {1, 0, 0, ''} end\n"
+               "    local cap = tonumber(ARGV[5])\n"
+               "    local part = ''\n"
+               "    if cap > 0 then\n"
+               "      part = r\n"
+               "      if n > cap then part = string.sub(r, 1, cap) end\n"
+               "    end\n"
+               "    return {1, 1, n, part}\n"
+               "  end\n"
+               /* Past its retention: forgotten, fingerprint and all. */
+               "  forgotten = 1\n"
+               "elseif s == 'c' then\n"
+               "  if differ then return {3} end\n"
+               "  if x > now then return {2, x} end\n"
+               "  takeover = 1\n"
+               "  if fp == '' then fp = f end\n"
+               "end\n"
+               "local token = redis.call('INCR', KEYS[2])\n"
+               "local lease = tonumber(ARGV[2])\n"
+               "local until_ = now + lease\n"
+               "redis.call('SET', key, cmsgpack.pack('c', string.format('%d', token), until_, fp,"
+               " ''), 'PX', lease + tonumber(ARGV[3]))\n"
+               "return {0, token, until_, takeover, forgotten}\n";
 
 /* ARGV: now, token, retention_ms, result ('' none). 1 done, 0 stale. A
  * repeated confirm is fine while the confirmation is remembered. */
-static const char confirm[] =
-    CLOCK "local key = KEYS[1]\n"
-          "local r = redis.call('HMGET', key, 's', 't', 'e')\n"
-          "if r[2] ~= ARGV[2] then return 0 end\n"
-          "local now = clock()\n"
-          "if r[1] == 'd' and tonumber(r[3]) <= now then return 0 end\n"
-          "if r[1] ~= 'c' and r[1] ~= 'd' then return 0 end\n"
-          "local ret = tonumber(ARGV[3])\n"
-          "redis.call('HDEL', key, 'l', 'r')\n"
-          "if ARGV[4] ~= '' then\n"
-          "  redis.call('HSET', key, 's', 'd', 'e', now + ret, 'r', ARGV[4])\n"
-          "else\n"
-          "  redis.call('HSET', key, 's', 'd', 'e', now + ret)\n"
-          "end\n"
-          "redis.call('PEXPIRE', key, ret)\n"
-          "return 1\n";
+static const char confirm[] = CLOCK LOAD
+    "local s, t, x, f = load(KEYS[1])\n"
+    "if t ~= ARGV[2] then return 0 end\n"
+    "local now = clock()\n"
+    "if s == 'd' and x <= now then return 0 end\n"
+    "local ret = tonumber(ARGV[3])\n"
+    "redis.call('SET', KEYS[1], cmsgpack.pack('d', t, now + ret, f, ARGV[4]), 'PX', ret)\n"
+    "return 1\n";
 
 /* ARGV: now, token. 1 released (the record goes), 0 stale. */
-static const char release[] = "local r = redis.call('HMGET', KEYS[1], 's', 't')\n"
-                              "if r[1] ~= 'c' or r[2] ~= ARGV[2] then return 0 end\n"
-                              "redis.call('DEL', KEYS[1])\n"
-                              "return 1\n";
+static const char release[] = LOAD "local s, t = load(KEYS[1])\n"
+                                   "if s ~= 'c' or t ~= ARGV[2] then return 0 end\n"
+                                   "redis.call('DEL', KEYS[1])\n"
+                                   "return 1\n";
 
 /* ARGV: now, token, lease_ms, retention_ms. 1 renewed, 0 stale. */
-static const char renew[] = CLOCK "local r = redis.call('HMGET', KEYS[1], 's', 't')\n"
-                                  "if r[1] ~= 'c' or r[2] ~= ARGV[2] then return 0 end\n"
-                                  "local lease = tonumber(ARGV[3])\n"
-                                  "redis.call('HSET', KEYS[1], 'l', clock() + lease)\n"
-                                  "redis.call('PEXPIRE', KEYS[1], lease + tonumber(ARGV[4]))\n"
-                                  "return 1\n";
+static const char renew[] =
+    CLOCK LOAD "local s, t, x, f, r = load(KEYS[1])\n"
+               "if s ~= 'c' or t ~= ARGV[2] then return 0 end\n"
+               "local lease = tonumber(ARGV[3])\n"
+               "redis.call('SET', KEYS[1], cmsgpack.pack(s, t, clock() + lease, f, r), 'PX',"
+               " lease + tonumber(ARGV[4]))\n"
+               "return 1\n";
 
 /* ARGV: now. 1 confirmed and remembered, 0 not. */
-static const char is_confirmed[] = CLOCK "local r = redis.call('HMGET', KEYS[1], 's', 'e')\n"
-                                         "if r[1] ~= 'd' then return 0 end\n"
-                                         "if tonumber(r[2]) > clock() then return 1 end\n"
-                                         "return 0\n";
+static const char is_confirmed[] = CLOCK LOAD "local s, t, x = load(KEYS[1])\n"
+                                              "if s == 'd' and x > clock() then return 1 end\n"
+                                              "return 0\n";
 
 /* ARGV: now, retention_ms. Deletes the record when purge would: a
  * confirmation past its retention, a claim whose lease ended a retention
  * ago. 1 deleted, 0 kept (or gone already). */
 static const char purge[] =
-    CLOCK "local r = redis.call('HMGET', KEYS[1], 's', 'l', 'e')\n"
-          "local now = clock()\n"
-          "if (r[1] == 'd' and tonumber(r[3]) <= now) or\n"
-          "   (r[1] == 'c' and tonumber(r[2]) + tonumber(ARGV[2]) <= now) then\n"
-          "  redis.call('DEL', KEYS[1])\n"
-          "  return 1\n"
-          "end\n"
-          "return 0\n";
+    CLOCK LOAD "local s, t, x = load(KEYS[1])\n"
+               "if not s then return 0 end\n"
+               "local now = clock()\n"
+               "if (s == 'd' and x <= now) or (s == 'c' and x + tonumber(ARGV[2]) <= now) then\n"
+               "  redis.call('DEL', KEYS[1])\n"
+               "  return 1\n"
+               "end\n"
+               "return 0\n";
 
 /* ARGV: now. {} when there is no record, else
  * {state, token, lease_end, retention_end, result_len, fingerprint_len, now}
  * (absent times as 0). */
 static const char inspect[] =
-    CLOCK "local r = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'e')\n"
-          "if not r[1] then return {} end\n"
-          "return {r[1], r[2], tonumber(r[3] or '0'), tonumber(r[4] or '0'),\n"
-          "        redis.call('HSTRLEN', KEYS[1], 'r'), redis.call('HSTRLEN', KEYS[1], 'f'),\n"
-          "        clock()}\n";
+    CLOCK LOAD "local s, t, x, f, r = load(KEYS[1])\n"
+               "if not s then return {} end\n"
+               "local l, e = 0, 0\n"
+               "if s == 'c' then l = x else e = x end\n"
+               "return {s, t, l, e, string.len(r), string.len(f), clock()}\n";
 
 const char *const acemq__redis_scripts[RS_COUNT] = {
     [RS_CLAIM] = claim,     [RS_CONFIRM] = confirm,           [RS_RELEASE] = release,
