@@ -101,7 +101,11 @@ static int ensure_schema(acemq_idem *h, const char *schema_sql)
     pg_idem *p = h->self;
     int rc = exec_ok(h, "BEGIN", "BEGIN");
     if (rc != 0) return rc;
-    rc = exec_ok(h, "SELECT pg_advisory_xact_lock(" SCHEMA_LOCK_KEY ")", "schema lock");
+    /* IF NOT EXISTS answers a notice for what exists; on a caller's
+     * connection it would reach the caller's notice processor. */
+    rc = exec_ok(h, "SET LOCAL client_min_messages = warning", "client_min_messages");
+    if (rc == 0)
+        rc = exec_ok(h, "SELECT pg_advisory_xact_lock(" SCHEMA_LOCK_KEY ")", "schema lock");
     if (rc == 0)
         rc = exec_ok(h,
                      "CREATE TABLE IF NOT EXISTS acemq_schema_version("
