@@ -49,7 +49,8 @@ static void prefault_brings_the_pages_in(void **state)
 
 /* A range the process has no mapping for is an error with errno (ENOMEM,
  * as the kernel says for a range it cannot fault in), not a silent
- * success: the store's open relies on that to refuse presize=1. */
+ * success: the populator relies on that to stop instead of reporting
+ * pages it never brought in. */
 static void prefault_of_no_mapping_fails(void **state)
 {
     (void)state;

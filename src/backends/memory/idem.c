@@ -91,7 +91,6 @@
 #include "backends/memory/table.h"
 #include "backends/test_control.h"
 #include "idem/idem_backend.h"
-#include "os/prefault.h"
 #include "os/shard_lock.h"
 
 static int fingerprint_differs(const entry *e, const acemq__bytes *fp)
@@ -265,11 +264,10 @@ static int mem_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__cla
     return claim_hashed(h, h->self, a->has_hint ? a->hint : hash_id(id), id, a, out);
 }
 
-/* A new id's claim waits on one read, of the tag its hash names, which on
- * the project's test machine often misses its few MiB of cache (up to
- * about 200 ns). Started here, before the core checks the options and
- * reads the clock, it overlaps that work; the hash is handed back, not
- * computed twice. */
+/* A new id's claim waits on one read, of the tag its hash names, which
+ * misses the cache once the table outgrows it. Started here, before the
+ * core checks the options and reads the clock, it overlaps that work; the
+ * hash is handed back, not computed twice. */
 static uint64_t mem_prefetch(acemq_idem *h, const acemq__bytes *id)
 {
     memory_store *m = h->self;
