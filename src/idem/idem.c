@@ -83,7 +83,7 @@ int acemq__idem_open_fail(int code, const char *fmt, ...)
 
 const char *acemq_idem_errmsg(acemq_idem *h)
 {
-    static _Thread_local char copy[sizeof h->errmsg];
+    static _Thread_local char copy[ACEMQ__IDEM_ERRMSG_MAX];
     if (!h) return open_error;
     pthread_mutex_lock(&h->err_lock);
     memcpy(copy, h->errmsg, sizeof copy);

@@ -104,6 +104,9 @@ unsigned acemq__counter_stripe(void);
     atomic_fetch_add_explicit(&(h)->counters[acemq__counter_stripe()].field, (n),                  \
                               memory_order_relaxed)
 
+/* Bytes of a handle's last error text, its terminating NUL included. */
+#define ACEMQ__IDEM_ERRMSG_MAX 512
+
 struct acemq_idem {
     const acemq__idem_methods *methods;
     void *self; /* the backend's state */
@@ -111,7 +114,7 @@ struct acemq_idem {
     acemq_clock clock;
     acemq__idem_counters counters[ACEMQ__COUNTER_STRIPES];
     pthread_mutex_t err_lock; /* guards errmsg: handles are shared across threads */
-    char errmsg[512];
+    char errmsg[ACEMQ__IDEM_ERRMSG_MAX];
 };
 
 /* Records an error's text on the handle and returns code, so a backend can
