@@ -87,6 +87,7 @@ format:
 # warnings are errors) and cppcheck over every C file.
 lint: build
 	scripts/check-layers.sh
+	scripts/check-tree.sh
 	clang-tidy -p $(BUILD) --quiet $$(git ls-files '*.c' | grep -v '^tests/install/')
 	cppcheck --enable=warning,performance,portability --error-exitcode=1 --quiet \
 	  --inline-suppr -I include -I src $$(git ls-files 'src/*.c')
