@@ -25,10 +25,9 @@
  * are equal, which every deterministic collation answers byte for byte, but
  * an index ordered by a language's collation compares through it at every
  * step of every lookup and insert. A mark finds each row by id and adds an
- * entry to the id index (its new version is not HOT), so under a database
- * collation of en_US.UTF-8 a mark cost an eighth more than with these
- * columns in "C", and a quarter more with the index below as well
- * (docs/performance.md, "Seventeenth round").
+ * entry to the id index (its new version is not HOT), so under a language
+ * collation every mark pays for those comparisons, twice with the index
+ * below.
  *
  * No index on published_at: the PostgreSQL purge walks seq ranges
  * (Q_PURGE), and every mark would add an entry to it. SQLite's purge uses
