@@ -1,6 +1,7 @@
 /* args.c — option helpers shared by the acemq commands: "--name VALUE" and
- * "--name=VALUE", and strict decimal numbers with a range, so every command
- * refuses "--depth 12x" or "--depth -1" the same way instead of guessing.
+ * "--name=VALUE", strict decimal numbers with a range, so every command
+ * refuses "--depth 12x" or "--depth -1" the same way instead of guessing, and
+ * the subcommand and operands of `acemq CMD SUB`.
  */
 #include "cli/cli.h"
 
@@ -48,4 +49,34 @@ int acemq__cli_parse_u32(const char *cmd, const char *opt, const char *text, uin
     }
     *out = (uint32_t)v;
     return 0;
+}
+
+int acemq__cli_subcommand(const char *cmd, int argc, char **argv, const char *const *subs,
+                          const char **sub)
+{
+    if (argc < 2) return ACEMQ__CLI_WRONG;
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) return ACEMQ__CLI_HELP;
+    for (; *subs; subs++)
+        if (strcmp(argv[1], *subs) == 0) {
+            *sub = *subs;
+            return ACEMQ__CLI_TAKEN;
+        }
+    fprintf(stderr, "acemq %s: unknown subcommand '%s'\n", cmd, argv[1]);
+    return ACEMQ__CLI_WRONG;
+}
+
+int acemq__cli_operand(const char *cmd, const char *sub, const char *arg, int takes_operands,
+                       const char **operands, int *n, int max)
+{
+    if (strcmp(arg, "--help") == 0) return ACEMQ__CLI_HELP;
+    if (arg[0] == '-' && arg[1]) {
+        fprintf(stderr, "acemq %s: unknown option '%s'\n", cmd, arg);
+        return ACEMQ__CLI_WRONG;
+    }
+    if (!takes_operands || *n >= max) {
+        fprintf(stderr, "acemq %s %s: unexpected argument '%s'\n", cmd, sub, arg);
+        return ACEMQ__CLI_WRONG;
+    }
+    operands[(*n)++] = arg;
+    return ACEMQ__CLI_TAKEN;
 }

@@ -38,4 +38,20 @@ int acemq__cli_option(const char *cmd, int argc, char **argv, int *i, const char
 int acemq__cli_parse_u32(const char *cmd, const char *opt, const char *text, uint32_t lo,
                          uint32_t hi, uint32_t *out);
 
+/* What the helpers for commands with subcommands found. */
+enum { ACEMQ__CLI_HELP = 0, ACEMQ__CLI_TAKEN = 1, ACEMQ__CLI_WRONG = -1 };
+
+/* argv[1] of `acemq CMD SUB ...`: TAKEN with *sub set when it is one of
+ * subs (NULL-terminated); HELP for "--help" or "-h"; WRONG, said on stderr
+ * when argv[1] is there, otherwise. */
+int acemq__cli_subcommand(const char *cmd, int argc, char **argv, const char *const *subs,
+                          const char **sub);
+
+/* An argument of `acemq CMD SUB` that no option took: HELP for "--help";
+ * TAKEN when it is an operand and SUB takes them (takes_operands), kept in
+ * operands[*n] while *n < max; WRONG, said on stderr, for an unknown option,
+ * an operand SUB does not take, or one past max. */
+int acemq__cli_operand(const char *cmd, const char *sub, const char *arg, int takes_operands,
+                       const char **operands, int *n, int max);
+
 #endif

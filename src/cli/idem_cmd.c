@@ -156,36 +156,25 @@ static int purge_cmd(acemq_idem *h)
 
 int acemq__cli_idem(int argc, char **argv)
 {
-    if (argc < 2) return usage_error();
-    const char *sub = argv[1];
-    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
-        help();
-        return ACEMQ_CLI_OK;
+    static const char *const subs[] = {"status", "show", "forget", "purge", NULL};
+    const char *sub = NULL;
+    int m = acemq__cli_subcommand(CMD, argc, argv, subs, &sub);
+    if (m != ACEMQ__CLI_TAKEN) {
+        if (m == ACEMQ__CLI_HELP) help();
+        return m == ACEMQ__CLI_HELP ? ACEMQ_CLI_OK : usage_error();
     }
     int takes_ids = strcmp(sub, "show") == 0 || strcmp(sub, "forget") == 0;
-    if (!takes_ids && strcmp(sub, "status") != 0 && strcmp(sub, "purge") != 0) {
-        fprintf(stderr, "acemq idem: unknown subcommand '%s'\n", sub);
-        return usage_error();
-    }
     const char *url = NULL, *v = NULL;
     const char *ids[256] = {0};
     int n_ids = 0;
     for (int i = 2; i < argc; i++) {
-        int m;
-        if (strcmp(argv[i], "--help") == 0) {
-            help();
-            return ACEMQ_CLI_OK;
-        } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--store", &v)) != 0) {
+        if ((m = acemq__cli_option(CMD, argc, argv, &i, "--store", &v)) != 0) {
             if (m < 0) return usage_error();
             url = v;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "acemq idem: unknown option '%s'\n", argv[i]);
-            return usage_error();
-        } else if (takes_ids && n_ids < 256) {
-            ids[n_ids++] = argv[i];
-        } else {
-            fprintf(stderr, "acemq idem %s: unexpected argument '%s'\n", sub, argv[i]);
-            return usage_error();
+        } else if ((m = acemq__cli_operand(CMD, sub, argv[i], takes_ids, ids, &n_ids, 256)) !=
+                   ACEMQ__CLI_TAKEN) {
+            if (m == ACEMQ__CLI_HELP) help();
+            return m == ACEMQ__CLI_HELP ? ACEMQ_CLI_OK : usage_error();
         }
     }
     if (!url) {

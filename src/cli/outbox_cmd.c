@@ -85,28 +85,21 @@ static int dead_cmd(acemq_outbox *h, uint32_t limit)
 
 int acemq__cli_outbox(int argc, char **argv)
 {
-    if (argc < 2) return usage_error();
-    const char *sub = argv[1];
-    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
-        help();
-        return ACEMQ_CLI_OK;
+    static const char *const subs[] = {"status", "dead", "retry", "purge", NULL};
+    const char *sub = NULL;
+    int m = acemq__cli_subcommand(CMD, argc, argv, subs, &sub);
+    if (m != ACEMQ__CLI_TAKEN) {
+        if (m == ACEMQ__CLI_HELP) help();
+        return m == ACEMQ__CLI_HELP ? ACEMQ_CLI_OK : usage_error();
     }
-    if (strcmp(sub, "status") != 0 && strcmp(sub, "dead") != 0 && strcmp(sub, "retry") != 0 &&
-        strcmp(sub, "purge") != 0) {
-        fprintf(stderr, "acemq outbox: unknown subcommand '%s'\n", sub);
-        return usage_error();
-    }
+    int takes_ids = strcmp(sub, "retry") == 0;
     const char *url = NULL, *v = NULL;
     uint32_t limit = 100, older = 0;
     int have_older = 0;
     const char *ids[256];
     int n_ids = 0;
     for (int i = 2; i < argc; i++) {
-        int m;
-        if (strcmp(argv[i], "--help") == 0) {
-            help();
-            return ACEMQ_CLI_OK;
-        } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--outbox", &v)) != 0) {
+        if ((m = acemq__cli_option(CMD, argc, argv, &i, "--outbox", &v)) != 0) {
             if (m < 0) return usage_error();
             url = v;
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--limit", &v)) != 0) {
@@ -117,14 +110,10 @@ int acemq__cli_outbox(int argc, char **argv)
                 acemq__cli_parse_u32(CMD, "--older-than", v, 0, 100u * 365 * 86400, &older) != 0)
                 return usage_error();
             have_older = 1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "acemq outbox: unknown option '%s'\n", argv[i]);
-            return usage_error();
-        } else if (strcmp(sub, "retry") == 0 && n_ids < 256) {
-            ids[n_ids++] = argv[i];
-        } else {
-            fprintf(stderr, "acemq outbox %s: unexpected argument '%s'\n", sub, argv[i]);
-            return usage_error();
+        } else if ((m = acemq__cli_operand(CMD, sub, argv[i], takes_ids, ids, &n_ids, 256)) !=
+                   ACEMQ__CLI_TAKEN) {
+            if (m == ACEMQ__CLI_HELP) help();
+            return m == ACEMQ__CLI_HELP ? ACEMQ_CLI_OK : usage_error();
         }
     }
     if (!url) {

@@ -373,6 +373,53 @@ static void bad_urls_and_a_server_that_is_down(void **state)
     PQfinish(c);
 }
 
+/* Every component records its schema version; a database whose version is
+ * newer than this library's is refused at open, idempotency store and
+ * outbox alike, and nothing is written. A database of its own, so that the
+ * other tests' stores, opening meanwhile, never see the newer version. */
+static void a_newer_schema_is_refused(void **state)
+{
+    (void)state;
+    char db[64], url[600];
+    snprintf(db, sizeof db, "acemq_schema_%ld", (long)getpid());
+    PGconn *admin = connect_pg();
+    char sql[160];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s", db);
+    exec_ok(admin, sql);
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", db);
+    exec_ok(admin, sql);
+    snprintf(url, sizeof url, "%s", pg_url);
+    char *slash = strrchr(url, '/');
+    assert_non_null(slash);
+    snprintf(slash, sizeof url - (size_t)(slash - url), "/%s", db);
+
+    acemq_idem *h = NULL;
+    acemq_outbox *o = NULL;
+    assert_int_equal(acemq_idem_open(&h, url, NULL), 0);
+    acemq_idem_close(h);
+    assert_int_equal(acemq_outbox_open(&o, url, NULL), 0);
+    acemq_outbox_close(o);
+    PGconn *c = PQconnectdb(url);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    assert_int_equal(count_rows(c, "SELECT count(*) FROM acemq_schema_version WHERE version = 1"),
+                     2);
+    exec_ok(c, "UPDATE acemq_schema_version SET version = 2");
+    h = NULL;
+    o = NULL;
+    assert_int_equal(acemq_idem_open(&h, url, NULL), ACEMQ_ESCHEMA);
+    assert_non_null(strstr(acemq_idem_errmsg(NULL), "schema version 2 is newer"));
+    assert_null(h);
+    assert_int_equal(acemq_outbox_open(&o, url, NULL), ACEMQ_ESCHEMA);
+    assert_non_null(strstr(acemq_outbox_errmsg(NULL), "schema version 2 is newer"));
+    assert_null(o);
+    assert_int_equal(count_rows(c, "SELECT count(*) FROM acemq_schema_version WHERE version = 2"),
+                     2);
+    PQfinish(c);
+    snprintf(sql, sizeof sql, "DROP DATABASE %s", db);
+    exec_ok(admin, sql);
+    PQfinish(admin);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -392,6 +439,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(four_processes_one_claim_each),
         cmocka_unit_test(a_batch_of_awkward_binary_ids),
         cmocka_unit_test(bad_urls_and_a_server_that_is_down),
+        cmocka_unit_test(a_newer_schema_is_refused),
         cmocka_unit_test(a_restarted_server_is_reconnected),
     };
     return cmocka_run_group_tests_name("postgres idem", tests, NULL, NULL);

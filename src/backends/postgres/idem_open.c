@@ -10,12 +10,10 @@
 #include "acemq/postgres.h"
 #include "backends/builtin.h"
 #include "backends/postgres/idem_pg.h"
+#include "backends/postgres/schema.h"
 #include "core/url.h"
 
 #define SCHEMA_VERSION 1
-/* Serialises schema creation between processes opening at once (the
- * outbox's key, so the two never race on acemq_schema_version either). */
-#define SCHEMA_LOCK_KEY "7263540912"
 #define DEFAULT_TABLE "acemq_idem"
 #define DEFAULT_CONNECT_TIMEOUT_S "10"
 #define DEFAULT_STATEMENT_TIMEOUT_MS 30000
@@ -99,40 +97,17 @@ int acemq__pg_idem_ensure_connected(acemq_idem *h)
 static int ensure_schema(acemq_idem *h, const char *schema_sql)
 {
     pg_idem *p = h->self;
-    int rc = exec_ok(h, "BEGIN", "BEGIN");
-    if (rc != 0) return rc;
-    /* IF NOT EXISTS answers a notice for what exists; on a caller's
-     * connection it would reach the caller's notice processor. */
-    rc = exec_ok(h, "SET LOCAL client_min_messages = warning", "client_min_messages");
-    if (rc == 0)
-        rc = exec_ok(h, "SELECT pg_advisory_xact_lock(" SCHEMA_LOCK_KEY ")", "schema lock");
-    if (rc == 0)
-        rc = exec_ok(h,
-                     "CREATE TABLE IF NOT EXISTS acemq_schema_version("
-                     " component text PRIMARY KEY, version integer NOT NULL)",
-                     "creating the schema");
-    long version = 0;
-    if (rc == 0) {
-        PGresult *r = PQexec(p->conn, "SELECT version FROM acemq_schema_version"
-                                      " WHERE component = 'idem'");
-        if (r && PQresultStatus(r) == PGRES_TUPLES_OK) {
-            if (PQntuples(r) > 0) version = strtol(PQgetvalue(r, 0, 0), NULL, 10);
-        } else {
-            rc = acemq__pg_idem_fail(h, r, "reading the schema version");
-        }
-        PQclear(r);
+    acemq__pg_schema_error e;
+    int rc = acemq__pg_schema_ensure(p->conn, "idem", SCHEMA_VERSION, schema_sql, 1, &e);
+    if (rc == ACEMQ_ESCHEMA)
+        return acemq__idem_fail(h, ACEMQ_ESCHEMA,
+                                "postgres: idempotency schema version %ld is newer than this "
+                                "library's %d",
+                                e.version, SCHEMA_VERSION);
+    if (rc != 0) {
+        rc = acemq__pg_idem_fail(h, e.result, e.doing);
+        PQclear(e.result);
     }
-    if (rc == 0 && version > SCHEMA_VERSION)
-        rc = acemq__idem_fail(h, ACEMQ_ESCHEMA,
-                              "postgres: idempotency schema version %ld is newer than this "
-                              "library's %d",
-                              version, SCHEMA_VERSION);
-    if (rc == 0) rc = exec_ok(h, schema_sql, "creating the schema");
-    if (rc == 0 && version == 0)
-        rc = exec_ok(h, "INSERT INTO acemq_schema_version(component, version) VALUES('idem', 1)",
-                     "recording the schema version");
-    if (rc == 0) return exec_ok(h, "COMMIT", "COMMIT");
-    PQclear(PQexec(p->conn, "ROLLBACK"));
     return rc;
 }
 

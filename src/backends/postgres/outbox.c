@@ -25,13 +25,12 @@
 #include "acemq/postgres.h"
 #include "backends/builtin.h"
 #include "backends/postgres/outbox_sql.h"
+#include "backends/postgres/schema.h"
 #include "backends/test_control.h"
 #include "os/mono_time.h"
 #include "outbox/outbox_backend.h"
 
 #define SCHEMA_VERSION 1
-/* Serialises schema creation between processes opening at once. */
-#define SCHEMA_LOCK_KEY "7263540912"
 
 typedef struct pg {
     PGconn *conn;
@@ -120,40 +119,16 @@ static int prepare_all(acemq_outbox *h)
 static int ensure_schema(acemq_outbox *h)
 {
     pg *p = h->self;
-    int rc = exec_simple(h, "BEGIN", "BEGIN");
-    if (rc != 0) return rc;
-    rc = exec_simple(h, "SELECT pg_advisory_xact_lock(" SCHEMA_LOCK_KEY ")", "schema lock");
-    if (rc == 0)
-        rc = exec_simple(h,
-                         "CREATE TABLE IF NOT EXISTS acemq_schema_version("
-                         " component text PRIMARY KEY, version integer NOT NULL)",
-                         "creating the schema");
-    long version = 0;
-    if (rc == 0) {
-        PGresult *r = PQexec(p->conn, "SELECT version FROM acemq_schema_version"
-                                      " WHERE component = 'outbox'");
-        rc = check(h, r, PGRES_TUPLES_OK, "reading the schema version");
-        if (rc == 0) {
-            if (PQntuples(r) > 0) version = strtol(PQgetvalue(r, 0, 0), NULL, 10);
-            PQclear(r);
-        }
-    }
-    if (rc == 0 && version > SCHEMA_VERSION)
-        rc = acemq__outbox_fail(h, ACEMQ_ESCHEMA,
-                                "postgres: outbox schema version %ld is newer than this "
-                                "library's %d",
-                                version, SCHEMA_VERSION);
-    if (rc == 0 && version == 0) {
-        rc = exec_simple(h, acemq__pg_schema_sql, "creating the schema");
-        if (rc == 0)
-            rc = exec_simple(h,
-                             "INSERT INTO acemq_schema_version(component, version)"
-                             " VALUES('outbox', 1)",
-                             "recording the schema version");
-    }
-    if (rc == 0) return exec_simple(h, "COMMIT", "COMMIT");
-    PQclear(PQexec(p->conn, "ROLLBACK"));
-    return rc;
+    acemq__pg_schema_error e;
+    int rc =
+        acemq__pg_schema_ensure(p->conn, "outbox", SCHEMA_VERSION, acemq__pg_schema_sql, 0, &e);
+    if (rc == ACEMQ_ESCHEMA)
+        return acemq__outbox_fail(h, ACEMQ_ESCHEMA,
+                                  "postgres: outbox schema version %ld is newer than this "
+                                  "library's %d",
+                                  e.version, SCHEMA_VERSION);
+    /* check() reports the failed statement's result, and clears it. */
+    return rc == 0 ? 0 : check(h, e.result, PGRES_COMMAND_OK, e.doing);
 }
 
 /* A relay outlives network trouble: when the connection was lost, one
