@@ -80,3 +80,17 @@ int acemq__cli_operand(const char *cmd, const char *sub, const char *arg, int ta
     operands[(*n)++] = arg;
     return ACEMQ__CLI_TAKEN;
 }
+
+int acemq__cli_parse_seconds(const char *cmd, const char *opt, const char *text, int64_t lo,
+                             int64_t hi, int64_t *ms)
+{
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (!*text || *end || !(v * 1000 >= (double)lo && v * 1000 <= (double)hi)) {
+        fprintf(stderr, "acemq %s: %s: want seconds from %.3f to %.0f, got '%s'\n", cmd, opt,
+                (double)lo / 1000, (double)hi / 1000, text);
+        return -1;
+    }
+    *ms = (int64_t)(v * 1000 + 0.5);
+    return 0;
+}

@@ -25,6 +25,7 @@ int acemq__cli_audit(int argc, char **argv);
 int acemq__cli_relay(int argc, char **argv);
 int acemq__cli_outbox(int argc, char **argv);
 int acemq__cli_idem(int argc, char **argv);
+int acemq__cli_consume(int argc, char **argv);
 
 /* Matches argv[*i] against option `name` ("--depth") given as "--depth VALUE"
  * or "--depth=VALUE". 0: not this option. 1: matched, *value set, *i moved past
@@ -37,6 +38,11 @@ int acemq__cli_option(const char *cmd, int argc, char **argv, int *i, const char
  * why on stderr, prefixed with cmd and opt. Digits only: no sign, no spaces. */
 int acemq__cli_parse_u32(const char *cmd, const char *opt, const char *text, uint32_t lo,
                          uint32_t hi, uint32_t *out);
+
+/* Seconds with decimals ("0.05") into milliseconds within [lo, hi]: 0, or
+ * -1 after saying why on stderr, prefixed with cmd and opt. */
+int acemq__cli_parse_seconds(const char *cmd, const char *opt, const char *text, int64_t lo,
+                             int64_t hi, int64_t *ms);
 
 /* What the helpers for commands with subcommands found. */
 enum { ACEMQ__CLI_HELP = 0, ACEMQ__CLI_TAKEN = 1, ACEMQ__CLI_WRONG = -1 };

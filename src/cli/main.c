@@ -13,6 +13,8 @@ static const acemq__cli_command commands[] = {
     {"audit", "check a file of message ids for redeliveries, as the message audit would",
      acemq__cli_audit},
     {"relay", "publish committed outbox records to the broker, with confirms", acemq__cli_relay},
+    {"consume", "run a command for each message, its effect once however often it comes",
+     acemq__cli_consume},
     {"outbox", "look at and mend an outbox: status, dead, retry, purge", acemq__cli_outbox},
     {"idem", "look at and mend an idempotency store: status, show, forget, purge", acemq__cli_idem},
 };
@@ -34,6 +36,8 @@ static void usage(FILE *f)
           "Examples:\n"
           "  acemq relay --outbox sqlite:/var/lib/shop/shop.db"
           " --broker amqp://guest:guest@127.0.0.1:5672/\n"
+          "  acemq consume --broker amqp://guest:guest@127.0.0.1:5672/ --queue orders \\\n"
+          "                --store sqlite:/var/lib/shop/idem.db --exec -- ./apply-order.sh\n"
           "  acemq outbox status --outbox postgres://ops@db/shop\n"
           "  acemq idem status --store sqlite:/var/lib/shop/idem.db\n"
           "  acemq audit ids.txt\n",

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "os/mono_time.h"
-#include "relay/logfmt.h"
-#include "relay/metrics.h"
+#include "core/logfmt.h"
+#include "cli/relay_metrics.h"
 
 #define CMD "relay"
 
@@ -116,20 +116,6 @@ static int usage_error(void)
     return ACEMQ_CLI_USAGE;
 }
 
-/* Seconds with up to three decimals, into milliseconds within [lo, hi]. */
-static int parse_seconds(const char *opt, const char *text, int64_t lo, int64_t hi, int64_t *ms)
-{
-    char *end = NULL;
-    double v = strtod(text, &end);
-    if (!*text || *end || !(v * 1000 >= (double)lo && v * 1000 <= (double)hi)) {
-        fprintf(stderr, "acemq relay: %s: want seconds from %.3f to %.0f, got '%s'\n", opt,
-                (double)lo / 1000, (double)hi / 1000, text);
-        return -1;
-    }
-    *ms = (int64_t)(v * 1000 + 0.5);
-    return 0;
-}
-
 static int parse_synchronous(const char *text, int *mode)
 {
     static const char *const names[] = {"off", "normal", "full"}; /* acemq_sync_mode order */
@@ -185,14 +171,16 @@ int acemq__cli_relay(int argc, char **argv)
                 return usage_error();
             bo.window = (int)u;
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--lease", &v)) != 0) {
-            if (m < 0 || parse_seconds("--lease", v, 100, 7 * 86400000LL, &ms) != 0)
+            if (m < 0 || acemq__cli_parse_seconds(CMD, "--lease", v, 100, 7 * 86400000LL, &ms) != 0)
                 return usage_error();
             ro.lease_ms = ms;
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--poll", &v)) != 0) {
-            if (m < 0 || parse_seconds("--poll", v, 1, 3600000, &ms) != 0) return usage_error();
+            if (m < 0 || acemq__cli_parse_seconds(CMD, "--poll", v, 1, 3600000, &ms) != 0)
+                return usage_error();
             ro.poll_ms = (int)ms;
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--confirm-timeout", &v)) != 0) {
-            if (m < 0 || parse_seconds("--confirm-timeout", v, 1, 3600000, &ms) != 0)
+            if (m < 0 ||
+                acemq__cli_parse_seconds(CMD, "--confirm-timeout", v, 1, 3600000, &ms) != 0)
                 return usage_error();
             bo.confirm_timeout_ms = (int)ms;
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--synchronous", &v)) != 0) {
@@ -239,9 +227,11 @@ int acemq__cli_relay(int argc, char **argv)
         acemq_broker_close(b);
         return ACEMQ_CLI_FAIL;
     }
+    acemq__relay_metrics_ctx page = {r, b};
     if (metrics_addr) {
         char err[256];
-        if (acemq__metrics_start(&metrics, metrics_addr, r, b, err, sizeof err) != 0) {
+        if (acemq__metrics_start(&metrics, metrics_addr, acemq__relay_metrics_render, &page, err,
+                                 sizeof err) != 0) {
             fprintf(stderr, "acemq relay: %s\n", err);
             rc = ACEMQ_EINVAL;
         }

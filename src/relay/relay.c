@@ -61,7 +61,7 @@
 #include "relay/claimer.h"
 #include "relay/flight.h"
 #include "relay/gauges.h"
-#include "relay/logfmt.h"
+#include "core/logfmt.h"
 #include "relay/mark_job.h"
 #include "relay/relay_internal.h"
 #include "relay/waves.h"

@@ -1,5 +1,5 @@
 /* logfmt.c — see logfmt.h. */
-#include "relay/logfmt.h"
+#include "core/logfmt.h"
 
 #include <string.h>
 #include <time.h>

@@ -1,10 +1,10 @@
-/* logfmt.h — the relay's log lines: `ts=... event=NAME key=value ...`, one
+/* logfmt.h — the runtimes' log lines: `ts=... event=NAME key=value ...`, one
  * line per event, values quoted when they hold a space, a quote or '='.
- * Shared by the relay (relay.c) and `acemq relay` (cli/relay_cmd.c), which
- * logs the broker it waits for before there is a relay to log through.
+ * Shared by the relay, the consumer and their commands, which log before
+ * there is a runtime to log through.
  */
-#ifndef ACEMQ_RELAY_LOGFMT_H
-#define ACEMQ_RELAY_LOGFMT_H
+#ifndef ACEMQ_CORE_LOGFMT_H
+#define ACEMQ_CORE_LOGFMT_H
 
 #include <stdio.h>
 
