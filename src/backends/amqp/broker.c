@@ -643,6 +643,7 @@ static void amqp_close(acemq_broker *b)
     free(s->parsed);
     free(s->entries);
     acemq__frames_free(&s->frames);
+    free(s->queue);
     free(s->url_buf);
     free(s);
     b->self = NULL;
@@ -655,6 +656,9 @@ static const acemq__broker_methods amqp_methods = {
     .publish = NULL, /* the core publishes through send + collect */
     .send = amqp_send,
     .collect = amqp_collect,
+    .consume = acemq__amqp_consume,
+    .next = acemq__amqp_next,
+    .settle = acemq__amqp_settle,
 };
 
 static int open_amqp(acemq_broker *b, const char *url)
