@@ -150,11 +150,14 @@ ACEMQ_EXTERN void acemq_broker_stop_waiting(acemq_broker *b);
 typedef struct acemq_delivery {
     uint64_t tag; /* what ack/reject name; valid only on the connection that delivered it */
     const char *message_id; /* NULL: the message has none */
-    const char *exchange;   /* "" is the default exchange */
+    /* message_id's length: an AMQP id may hold NUL bytes, so a key is these
+     * bytes (two ids that differ after a NUL are two messages). 0 when none. */
+    size_t message_id_len;
+    const char *exchange; /* "" is the default exchange */
     const char *routing_key;
     const char *content_type; /* NULL: none */
     const char *headers_json; /* the AMQP headers as one JSON object (below); NULL: none */
-    int attempts;             /* header "x-acemq-attempts" (what publish sends), 0 when absent */
+    int attempts;             /* header "x-acemq-attempts" (what publish sends), else 0 */
     int redelivered;          /* the broker's redelivered flag: 1 when delivered before */
     const void *body;         /* never NULL, even when body_len is 0 */
     size_t body_len;
@@ -164,7 +167,8 @@ typedef struct acemq_delivery {
  * U+FFFD), integers as numbers, floats as numbers (NaN and infinities as
  * strings), booleans, void as null, arrays as arrays, tables as objects
  * (RabbitMQ's x-death among them), timestamps as seconds, decimals as
- * strings ("12.34"). */
+ * strings ("12.34", "-0.5"). attempts is 0 without the header, and when
+ * it is negative or not an integer. */
 
 /* basic.qos(prefetch: unacknowledged deliveries in hand at most, 0 no limit)
  * and basic.consume(queue, manual acknowledgements) on a channel of its own.
@@ -187,8 +191,11 @@ ACEMQ_EXTERN int acemq_broker_consume(acemq_broker *b, const char *queue, int pr
  * handle: call next (or ack) at least every heartbeat_s. */
 ACEMQ_EXTERN int acemq_broker_next(acemq_broker *b, int timeout_ms, acemq_delivery **out);
 
-/* basic.ack of d. 0, ACEMQ_ESTALE (d came on a connection or channel since
- * lost: nothing sent), ACEMQ_EIO (the connection failed while sending). */
+/* basic.ack of d. 0 (sent: AMQP does not answer an ack), ACEMQ_ESTALE (d
+ * came on a connection or channel since lost: nothing sent), ACEMQ_EINVAL
+ * (d was settled already, or is not this handle's: nothing sent, and the
+ * deliveries in hand stay valid), ACEMQ_EIO (the connection failed while
+ * sending; d is then stale). */
 ACEMQ_EXTERN int acemq_broker_ack(acemq_broker *b, const acemq_delivery *d);
 
 /* requeue 1: back to the queue (basic.nack with requeue), delivered again

@@ -42,7 +42,9 @@ typedef struct acemq__broker_methods {
      * the backend's own delivery tag in (*out)->tag (below 2^48; the core
      * adds the generation, acemq__broker_tag). settle gets that tag back
      * only for a delivery of the current generation: how is an
-     * acemq__settle. Every slot may be NULL: the core answers ENOTSUP. */
+     * acemq__settle, and the tag of a delivery handed out and not yet
+     * settled: the core refuses a second settle of one delivery itself.
+     * Every slot may be NULL: the core answers ENOTSUP. */
     int (*consume)(acemq_broker *b, const char *queue, int prefetch);
     int (*next)(acemq_broker *b, int timeout_ms, acemq_delivery **out);
     int (*settle)(acemq_broker *b, uint64_t tag, int how);
@@ -75,6 +77,14 @@ struct acemq_broker {
      * ended), so that their tags, which a new channel reuses from 1, are
      * told apart from the new ones' (acemq__broker_tag). */
     uint32_t generation;
+    /* Consuming: the backend tags handed out in generation held_gen and not
+     * settled since, ascending (broker/consume.c). A second ack of one
+     * delivery is refused here, nothing sent: RabbitMQ would close the
+     * channel over the unknown tag, and every other delivery in hand would
+     * go back to the queue with it. */
+    uint64_t *held;
+    size_t n_held, cap_held;
+    uint32_t held_gen;
 };
 
 int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)

@@ -12,7 +12,17 @@
  * tag it hands out, and ack and reject refuse a tag of another generation
  * with ACEMQ_ESTALE without sending anything: the broker delivers that
  * message again anyway. A tag is a plain value, so a copy of a delivery
- * settles as well as the original.
+ * settles as well as the original, once.
+ *
+ * Why the core keeps the tags in hand (b->held). AMQP has no answer to an
+ * ack: one that names a tag the channel no longer holds (settled already)
+ * is seen by RabbitMQ only, which closes the channel with 406, and every
+ * other delivery then in hand goes back to the queue and comes round again.
+ * One caller's double ack would cost all its neighbours a redelivery. So
+ * next records each tag it hands out, settle takes it off before the
+ * backend sends anything, and a tag not on the list is refused with
+ * ACEMQ_EINVAL: nothing goes to the broker. The list is as long as the
+ * deliveries in hand (the prefetch bounds it), sorted because tags grow.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,6 +60,7 @@ acemq_delivery *acemq__delivery_new(const acemq__delivery_parts *p, void **body)
     char *at = (char *)(d + 1);
     d->tag = p->tag;
     d->message_id = put(&at, p->message_id, p->message_id_len);
+    d->message_id_len = p->message_id ? p->message_id_len : 0;
     d->exchange = put(&at, p->exchange ? p->exchange : "", p->exchange_len);
     d->routing_key = put(&at, p->routing_key ? p->routing_key : "", p->routing_key_len);
     d->content_type = put(&at, p->content_type, p->content_type_len);
@@ -93,6 +104,57 @@ int acemq_broker_consume(acemq_broker *b, const char *queue, int prefetch)
     return rc;
 }
 
+/* Room for one more tag in b->held: 0 or ACEMQ_ENOMEM (with its text). */
+static int reserve_held(acemq_broker *b)
+{
+    if (b->n_held < b->cap_held) return 0;
+    size_t cap = b->cap_held ? 2 * b->cap_held : 64;
+    uint64_t *held = realloc(b->held, cap * sizeof *held);
+    if (!held) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
+    b->held = held;
+    b->cap_held = cap;
+    return 0;
+}
+
+/* The first index in b->held whose tag is not below tag. */
+static size_t held_at(const acemq_broker *b, uint64_t tag)
+{
+    size_t lo = 0, hi = b->n_held;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->held[mid] < tag)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Records tag as handed out now, in the current generation (room reserved). */
+static void hold_tag(acemq_broker *b, uint64_t tag)
+{
+    if (b->held_gen != b->generation) { /* those of an earlier generation are void */
+        b->n_held = 0;
+        b->held_gen = b->generation;
+    }
+    size_t i = b->n_held && b->held[b->n_held - 1] < tag ? b->n_held : held_at(b, tag);
+    if (i < b->n_held && b->held[i] == tag) return; /* a backend that reused a tag */
+    memmove(&b->held[i + 1], &b->held[i], (b->n_held - i) * sizeof *b->held);
+    b->held[i] = tag;
+    b->n_held++;
+}
+
+/* Takes tag off the list: 1 when it was on it (in hand, unsettled), else 0. */
+static int release_tag(acemq_broker *b, uint64_t tag)
+{
+    if (b->held_gen != b->generation) return 0;
+    size_t i = held_at(b, tag);
+    if (i == b->n_held || b->held[i] != tag) return 0;
+    memmove(&b->held[i], &b->held[i + 1], (b->n_held - i - 1) * sizeof *b->held);
+    b->n_held--;
+    return 1;
+}
+
 static int not_consuming(acemq_broker *b)
 {
     return acemq__broker_fail(b, ACEMQ_EINVAL, "the handle does not consume: call consume first");
@@ -106,9 +168,14 @@ int acemq_broker_next(acemq_broker *b, int timeout_ms, acemq_delivery **out)
     if (timeout_ms < 0)
         return acemq__broker_fail(b, ACEMQ_EINVAL, "timeout_ms must not be negative");
     if (!b->consuming) return not_consuming(b);
-    acemq_delivery *d = NULL;
-    int rc = b->methods->next(b, timeout_ms, &d);
+    /* Room first: a delivery taken from the backend can no longer be
+     * refused for want of memory to record it. */
+    int rc = reserve_held(b);
     if (rc != 0) return rc;
+    acemq_delivery *d = NULL;
+    rc = b->methods->next(b, timeout_ms, &d);
+    if (rc != 0) return rc;
+    hold_tag(b, d->tag & TAG_MASK);
     d->tag = acemq__broker_tag(b, d->tag);
     *out = d;
     return 0;
@@ -125,6 +192,15 @@ static int settle(acemq_broker *b, const acemq_delivery *d, int how)
                                   "delivery '%s' came on a connection or channel since lost: "
                                   "nothing sent; the broker delivers it again",
                                   d->message_id ? d->message_id : "(no message id)");
+    /* Off the list before the backend sends: whatever it answers, the tag
+     * has been used (a send that fails loses the connection, and so the
+     * generation, anyway). */
+    if (!release_tag(b, d->tag & TAG_MASK))
+        return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                  "delivery '%s' (tag %llu) is settled already, or was not "
+                                  "delivered by this handle: nothing sent",
+                                  d->message_id ? d->message_id : "(no message id)",
+                                  (unsigned long long)(d->tag & TAG_MASK));
     return b->methods->settle(b, d->tag & TAG_MASK, how);
 }
 

@@ -2,7 +2,8 @@
  * against a real RabbitMQ: every field of a delivery round-trips (binary
  * and 1 MiB bodies, headers of every field type, a message with no
  * properties), acks empty the queue, rejects requeue or dead-letter, the
- * prefetch holds, a cut connection voids the deliveries in hand and gives
+ * prefetch holds, a second ack of one delivery is refused without costing
+ * the channel, a cut connection voids the deliveries in hand and gives
  * them back, a silent broker is noticed by heartbeats, and a deleted or
  * missing queue is a clear error.
  *
@@ -11,9 +12,6 @@
  * forwarding, so no fault touches the shared broker. Queues are named after
  * the pid, carry x-expires as a net, and are deleted at the end. Without
  * ACEMQ_AMQP_URL the test prints SKIPPED and exits 77. */
-#include <errno.h>
-#include <poll.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,74 +20,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cmocka.h>
 #include <jansson.h>
 
 #include <amqp.h>
 #include <amqp_framing.h>
-#include <amqp_tcp_socket.h>
 
 #include "acemq/broker.h"
+#include "integration/broker_amqp_fixture.h"
+#include "integration/tcp_proxy.h"
 
-static const char *broker_url;
-static struct amqp_connection_info info;
-static char *info_buf;
-static const char *vhost;
-static amqp_connection_state_t admin;
-
-/* --- the admin connection (plain rabbitmq-c) ----------------------------- */
-
-static void must_ok(amqp_rpc_reply_t r, const char *what)
-{
-    if (r.reply_type == AMQP_RESPONSE_NORMAL) return;
-    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        const amqp_channel_close_t *m = r.reply.decoded;
-        fail_msg("%s: channel closed: %u %.*s", what, (unsigned)m->reply_code,
-                 (int)m->reply_text.len, (const char *)m->reply_text.bytes);
-    }
-    fail_msg("%s: reply type %d (%s)", what, (int)r.reply_type,
-             r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION ? amqp_error_string2(r.library_error)
-                                                             : "server exception");
-}
-
-static int admin_open(void **state)
-{
-    (void)state;
-    info_buf = strdup(broker_url);
-    assert_non_null(info_buf);
-    amqp_default_connection_info(&info);
-    assert_int_equal(amqp_parse_url(info_buf, &info), AMQP_STATUS_OK);
-    vhost = info.vhost && info.vhost[0] ? info.vhost : "/";
-    admin = amqp_new_connection();
-    assert_non_null(admin);
-    amqp_socket_t *sock = amqp_tcp_socket_new(admin);
-    assert_non_null(sock);
-    assert_int_equal(amqp_socket_open(sock, info.host, info.port), AMQP_STATUS_OK);
-    must_ok(
-        amqp_login(admin, vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user, info.password),
-        "admin login");
-    assert_non_null(amqp_channel_open(admin, 1));
-    must_ok(amqp_get_rpc_reply(admin), "admin channel.open");
-    return 0;
-}
-
-static int admin_close(void **state)
-{
-    (void)state;
-    must_ok(amqp_connection_close(admin, AMQP_REPLY_SUCCESS), "admin close");
-    assert_int_equal(amqp_destroy_connection(admin), AMQP_STATUS_OK);
-    free(info_buf);
-    return 0;
-}
+/* --- the admin connection (broker_amqp_fixture.c) ------------------------ */
 
 static void qname(char *buf, size_t len, const char *what)
 {
-    (void)snprintf(buf, len, "acemq.test.%ld.consume.%s", (long)getpid(), what);
+    char tag[96];
+    (void)snprintf(tag, sizeof tag, "consume.%s", what);
+    test_name(buf, len, tag);
 }
 
 /* A fresh queue (purged if a crashed run left it), expiring unused after
@@ -107,25 +54,25 @@ static void declare(const char *q, const char *dead_key)
                    .value.bytes = amqp_cstring_bytes(dead_key ? dead_key : "")}},
     };
     amqp_table_t args = {.num_entries = dead_key ? 3 : 1, .entries = e};
-    amqp_queue_declare(admin, 1, amqp_cstring_bytes(q), 0, 0, 0, 0, args);
-    must_ok(amqp_get_rpc_reply(admin), "queue.declare");
-    amqp_queue_purge(admin, 1, amqp_cstring_bytes(q));
-    must_ok(amqp_get_rpc_reply(admin), "queue.purge");
+    amqp_queue_declare(admin_conn, 1, amqp_cstring_bytes(q), 0, 0, 0, 0, args);
+    must_ok(amqp_get_rpc_reply(admin_conn), "queue.declare");
+    amqp_queue_purge(admin_conn, 1, amqp_cstring_bytes(q));
+    must_ok(amqp_get_rpc_reply(admin_conn), "queue.purge");
 }
 
 static void drop_queue(const char *q)
 {
-    amqp_queue_delete(admin, 1, amqp_cstring_bytes(q), 0, 0);
-    must_ok(amqp_get_rpc_reply(admin), "queue.delete");
+    amqp_queue_delete(admin_conn, 1, amqp_cstring_bytes(q), 0, 0);
+    must_ok(amqp_get_rpc_reply(admin_conn), "queue.delete");
 }
 
 /* Messages ready in q (a passive queue.declare). */
 static uint32_t ready(const char *q)
 {
-    amqp_maybe_release_buffers(admin);
+    amqp_maybe_release_buffers(admin_conn);
     amqp_queue_declare_ok_t *ok =
-        amqp_queue_declare(admin, 1, amqp_cstring_bytes(q), 1, 0, 0, 0, amqp_empty_table);
-    must_ok(amqp_get_rpc_reply(admin), "passive queue.declare");
+        amqp_queue_declare(admin_conn, 1, amqp_cstring_bytes(q), 1, 0, 0, 0, amqp_empty_table);
+    must_ok(amqp_get_rpc_reply(admin_conn), "passive queue.declare");
     return ok->message_count;
 }
 
@@ -191,172 +138,24 @@ static void ack_free(acemq_broker *b, acemq_delivery *d)
     acemq_delivery_free(d);
 }
 
-/* --- a proxy that can cut or freeze the consumer's connection ------------ */
-
-#define MAX_PAIRS 8
-
-static struct proxy {
-    pthread_mutex_t lock;
-    pthread_cond_t done;
-    int listen_fd, port;
-    int pairs[MAX_PAIRS][2]; /* client side, broker side; -1 when free */
-    int frozen, cut_asked, cuts_done, stop;
-    pthread_t thread;
-} px = {.lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
-
-static void close_pairs(void)
-{
-    for (int i = 0; i < MAX_PAIRS; i++)
-        for (int k = 0; k < 2; k++)
-            if (px.pairs[i][k] >= 0) {
-                (void)shutdown(px.pairs[i][k], SHUT_RDWR);
-                (void)close(px.pairs[i][k]);
-                px.pairs[i][k] = -1;
-            }
-}
-
-static void accept_one(void)
-{
-    int c = accept(px.listen_fd, NULL, NULL);
-    if (c < 0) return;
-    int u = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)info.port)};
-    if (u < 0 || inet_pton(AF_INET, "127.0.0.1", &a.sin_addr) != 1 ||
-        connect(u, (struct sockaddr *)&a, sizeof a) != 0) {
-        (void)close(c);
-        if (u >= 0) (void)close(u);
-        return;
-    }
-    for (int i = 0; i < MAX_PAIRS; i++)
-        if (px.pairs[i][0] < 0) {
-            px.pairs[i][0] = c;
-            px.pairs[i][1] = u;
-            return;
-        }
-    (void)close(c);
-    (void)close(u);
-}
-
-/* Moves what fd k of pair i has to the other side; a closed side ends the
- * pair. */
-static void forward(int i, int k)
-{
-    char buf[65536];
-    ssize_t n = read(px.pairs[i][k], buf, sizeof buf);
-    for (ssize_t off = 0; n > 0 && off < n;) {
-        ssize_t w = write(px.pairs[i][!k], buf + off, (size_t)(n - off));
-        if (w <= 0) {
-            n = 0;
-            break;
-        }
-        off += w;
-    }
-    if (n <= 0)
-        for (int j = 0; j < 2; j++) {
-            (void)close(px.pairs[i][j]);
-            px.pairs[i][j] = -1;
-        }
-}
-
-static void *proxy_main(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        pthread_mutex_lock(&px.lock);
-        if (px.cut_asked) {
-            close_pairs();
-            px.cut_asked = 0;
-            px.cuts_done++;
-            pthread_cond_broadcast(&px.done);
-        }
-        int stop = px.stop, frozen = px.frozen;
-        pthread_mutex_unlock(&px.lock);
-        if (stop) break;
-        struct pollfd p[1 + 2 * MAX_PAIRS];
-        int who[1 + 2 * MAX_PAIRS], n = 0;
-        p[n] = (struct pollfd){.fd = px.listen_fd, .events = POLLIN};
-        who[n++] = -1;
-        for (int i = 0; !frozen && i < MAX_PAIRS; i++)
-            for (int k = 0; k < 2 && px.pairs[i][0] >= 0; k++) {
-                p[n] = (struct pollfd){.fd = px.pairs[i][k], .events = POLLIN};
-                who[n++] = i * 2 + k;
-            }
-        /* A short poll so that cut, freeze and stop are seen between waits. */
-        if (poll(p, (nfds_t)n, 20) <= 0) continue;
-        for (int j = 0; j < n; j++) {
-            if (!(p[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            if (who[j] < 0)
-                accept_one();
-            else if (px.pairs[who[j] / 2][who[j] % 2] == p[j].fd)
-                forward(who[j] / 2, who[j] % 2);
-        }
-    }
-    close_pairs();
-    return NULL;
-}
-
-static int proxy_start(void **state)
-{
-    (void)state;
-    for (int i = 0; i < MAX_PAIRS; i++)
-        px.pairs[i][0] = px.pairs[i][1] = -1;
-    px.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(px.listen_fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    assert_int_equal(inet_pton(AF_INET, "127.0.0.1", &a.sin_addr), 1);
-    assert_int_equal(bind(px.listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(px.listen_fd, 8), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(px.listen_fd, (struct sockaddr *)&a, &len), 0);
-    px.port = ntohs(a.sin_port);
-    assert_int_equal(pthread_create(&px.thread, NULL, proxy_main, NULL), 0);
-    return 0;
-}
-
-static int proxy_stop(void **state)
-{
-    (void)state;
-    pthread_mutex_lock(&px.lock);
-    px.stop = 1;
-    pthread_mutex_unlock(&px.lock);
-    assert_int_equal(pthread_join(px.thread, NULL), 0);
-    (void)close(px.listen_fd);
-    return 0;
-}
-
-/* Closes every proxied connection, and returns once it is done. */
-static void proxy_cut(void)
-{
-    pthread_mutex_lock(&px.lock);
-    int want = px.cuts_done + 1;
-    px.cut_asked = 1;
-    while (px.cuts_done < want)
-        pthread_cond_wait(&px.done, &px.lock);
-    pthread_mutex_unlock(&px.lock);
-}
-
-static void proxy_freeze(int frozen)
-{
-    pthread_mutex_lock(&px.lock);
-    px.frozen = frozen;
-    pthread_mutex_unlock(&px.lock);
-}
-
 /* The broker's URL with the proxy's port. */
 static void proxy_url(char *buf, size_t len)
 {
-    (void)snprintf(buf, len, "amqp://%s:%s@127.0.0.1:%d/%s", info.user, info.password, px.port,
-                   strcmp(vhost, "/") == 0 ? "%2f" : vhost);
+    (void)snprintf(buf, len, "amqp://%s:%s@127.0.0.1:%d/%s", broker_info.user, broker_info.password,
+                   tcp_proxy_port(), strcmp(broker_vhost, "/") == 0 ? "%2f" : broker_vhost);
 }
 
 static int group_setup(void **state)
 {
-    return admin_open(state) || proxy_start(state);
+    if (admin_open(state) != 0) return -1;
+    tcp_proxy_start(broker_info.port);
+    return 0;
 }
 
 static int group_teardown(void **state)
 {
-    return proxy_stop(state) || admin_close(state);
+    tcp_proxy_stop();
+    return admin_close(state);
 }
 
 /* --- the tests ------------------------------------------------------------ */
@@ -387,6 +186,12 @@ static void publish_raw(const char *q)
         {amqp_cstring_bytes("f"), {.kind = AMQP_FIELD_KIND_F32, .value.f32 = 1.5f}},
         {amqp_cstring_bytes("d"), {.kind = AMQP_FIELD_KIND_F64, .value.f64 = -2.25}},
         {amqp_cstring_bytes("dec"), {.kind = AMQP_FIELD_KIND_DECIMAL, .value.decimal = {2, 1234}}},
+        /* -5 scaled by 10^1, as the Java client and pika write it. */
+        {amqp_cstring_bytes("ndec"),
+         {.kind = AMQP_FIELD_KIND_DECIMAL, .value.decimal = {1, (uint32_t)-5}}},
+        {amqp_cstring_bytes("u8"), {.kind = AMQP_FIELD_KIND_U8, .value.u8 = 200}},
+        {amqp_cstring_bytes("u16"), {.kind = AMQP_FIELD_KIND_U16, .value.u16 = 60000}},
+        {amqp_cstring_bytes("u32"), {.kind = AMQP_FIELD_KIND_U32, .value.u32 = 4000000000U}},
         {amqp_cstring_bytes("ts"), {.kind = AMQP_FIELD_KIND_TIMESTAMP, .value.u64 = 1700000000}},
         {amqp_cstring_bytes("v"), {.kind = AMQP_FIELD_KIND_VOID}},
         {amqp_cstring_bytes("arr"), {.kind = AMQP_FIELD_KIND_ARRAY, .value.array = {2, arr}}},
@@ -396,14 +201,16 @@ static void publish_raw(const char *q)
     amqp_basic_properties_t p;
     memset(&p, 0, sizeof p);
     p._flags = AMQP_BASIC_HEADERS_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG;
-    p.message_id = amqp_cstring_bytes("typed");
+    static const char id_with_nul[] = "typed\0id"; /* a shortstr may hold NUL */
+    p.message_id = (amqp_bytes_t){sizeof id_with_nul - 1, (void *)id_with_nul};
     p.headers.num_entries = (int)(sizeof e / sizeof e[0]);
     p.headers.entries = e;
-    assert_int_equal(amqp_basic_publish(admin, 1, amqp_cstring_bytes(""), amqp_cstring_bytes(q), 0,
-                                        0, &p, amqp_cstring_bytes("typed body")),
+    assert_int_equal(amqp_basic_publish(admin_conn, 1, amqp_cstring_bytes(""),
+                                        amqp_cstring_bytes(q), 0, 0, &p,
+                                        amqp_cstring_bytes("typed body")),
                      AMQP_STATUS_OK);
-    assert_int_equal(amqp_basic_publish(admin, 1, amqp_cstring_bytes(""), amqp_cstring_bytes(q), 0,
-                                        0, NULL, amqp_empty_bytes),
+    assert_int_equal(amqp_basic_publish(admin_conn, 1, amqp_cstring_bytes(""),
+                                        amqp_cstring_bytes(q), 0, 0, NULL, amqp_empty_bytes),
                      AMQP_STATUS_OK);
 }
 
@@ -431,6 +238,10 @@ static void assert_typed_headers(const acemq_delivery *d)
     assert_true(json_real_value(json_object_get(h, "f")) == 1.5);
     assert_true(json_real_value(json_object_get(h, "d")) == -2.25);
     assert_string_equal(json_string_value(json_object_get(h, "dec")), "12.34");
+    assert_string_equal(json_string_value(json_object_get(h, "ndec")), "-0.5");
+    assert_int_equal(json_integer_value(json_object_get(h, "u8")), 200);
+    assert_int_equal(json_integer_value(json_object_get(h, "u16")), 60000);
+    assert_true(json_integer_value(json_object_get(h, "u32")) == INT64_C(4000000000));
     assert_int_equal(json_integer_value(json_object_get(h, "ts")), 1700000000);
     assert_true(json_is_null(json_object_get(h, "v")));
     json_t *arr = json_object_get(h, "arr");
@@ -480,6 +291,7 @@ static void fields_round_trip_and_acks_empty_the_queue(void **state)
     for (int i = 0; i < 5; i++)
         d[i] = must_next(c);
     assert_string_equal(d[0]->message_id, "m-binary");
+    assert_int_equal(d[0]->message_id_len, strlen("m-binary"));
     assert_string_equal(d[0]->exchange, "");
     assert_string_equal(d[0]->routing_key, q);
     assert_string_equal(d[0]->content_type, "application/octet-stream");
@@ -505,11 +317,14 @@ static void fields_round_trip_and_acks_empty_the_queue(void **state)
     assert_int_equal(d[2]->body_len, 0);
 
     assert_string_equal(d[3]->message_id, "typed");
+    assert_int_equal(d[3]->message_id_len, 8);
+    assert_memory_equal(d[3]->message_id, "typed\0id", 9);
     assert_int_equal(d[3]->body_len, strlen("typed body"));
     assert_memory_equal(d[3]->body, "typed body", d[3]->body_len);
     assert_typed_headers(d[3]);
 
     assert_null(d[4]->message_id);
+    assert_int_equal(d[4]->message_id_len, 0);
     assert_null(d[4]->content_type);
     assert_null(d[4]->headers_json);
     assert_int_equal(d[4]->attempts, 0);
@@ -602,6 +417,35 @@ static void prefetch_is_honoured(void **state)
     drop_queue(q);
 }
 
+/* A delivery acked twice: the second ack is refused in the handle and never
+ * reaches RabbitMQ, which would close the channel over the unknown tag (406)
+ * and send every other delivery in hand back to the queue. The channel
+ * stays: the other delivery acks, nothing comes round again. */
+static void second_ack_is_refused_and_the_channel_stays(void **state)
+{
+    (void)state;
+    char q[160];
+    qname(q, sizeof q, "twice");
+    declare(q, NULL);
+    publish_n(q, "t", 2);
+    acemq_broker *c = consumer_at(broker_url, q, 10, 30);
+    acemq_delivery *a = must_next(c), *b = must_next(c);
+    assert_int_equal(acemq_broker_ack(c, a), 0);
+    assert_int_equal(acemq_broker_ack(c, a), ACEMQ_EINVAL);
+    print_message("twice: %s\n", acemq_broker_errmsg(c));
+    assert_non_null(strstr(acemq_broker_errmsg(c), "settled already"));
+    assert_int_equal(acemq_broker_reject(c, a, 0), ACEMQ_EINVAL);
+    acemq_delivery *d = NULL;
+    /* A 406 would arrive here as ACEMQ_EBACKEND, with b back in the queue. */
+    assert_int_equal(acemq_broker_next(c, 500, &d), ACEMQ_ENOENT);
+    ack_free(c, b);
+    assert_int_equal(acemq_broker_next(c, 500, &d), ACEMQ_ENOENT);
+    acemq_delivery_free(a);
+    acemq_broker_close(c);
+    assert_int_equal(ready(q), 0);
+    drop_queue(q);
+}
+
 /* A connection cut under the consumer: next answers ACEMQ_EIO, the
  * deliveries in hand are void (ACEMQ_ESTALE, nothing sent: not even to the
  * new delivery that has the old one's number on the new channel), and the
@@ -621,7 +465,7 @@ static void cut_connection_voids_deliveries_and_redelivers(void **state)
     for (int i = 0; i < 3; i++)
         old[i] = must_next(c);
 
-    proxy_cut();
+    tcp_proxy_cut();
     acemq_delivery *d = NULL;
     assert_int_equal(acemq_broker_next(c, 10000, &d), ACEMQ_EIO);
     print_message("cut: %s\n", acemq_broker_errmsg(c));
@@ -667,12 +511,12 @@ static void silent_broker_is_noticed_by_heartbeats(void **state)
     declare(q, NULL);
     proxy_url(url, sizeof url);
     acemq_broker *c = consumer_at(url, q, 10, 1);
-    proxy_freeze(1);
+    tcp_proxy_freeze(1);
     acemq_delivery *d = NULL;
     /* A timeout far past two heartbeats: an ENOENT means none was missed. */
     int rc = acemq_broker_next(c, 120000, &d);
-    proxy_cut();
-    proxy_freeze(0);
+    tcp_proxy_cut();
+    tcp_proxy_freeze(0);
     if (rc != ACEMQ_EIO) fail_msg("next: %s: %s", acemq_err_name(rc), acemq_broker_errmsg(c));
     print_message("silent: %s\n", acemq_broker_errmsg(c));
     assert_non_null(strstr(acemq_broker_errmsg(c), "heartbeat"));
@@ -738,7 +582,7 @@ static void deleted_or_missing_queue_is_a_clear_error(void **state)
 
 int main(void)
 {
-    broker_url = getenv("ACEMQ_AMQP_URL");
+    broker_url = getenv("ACEMQ_AMQP_URL"); /* broker_amqp_fixture.h */
     if (!broker_url || !*broker_url) {
         printf("SKIPPED: ACEMQ_AMQP_URL is not set (scripts/services.sh start rabbitmq)\n");
         return 77;
@@ -747,6 +591,7 @@ int main(void)
         cmocka_unit_test(fields_round_trip_and_acks_empty_the_queue),
         cmocka_unit_test(reject_requeues_or_dead_letters),
         cmocka_unit_test(prefetch_is_honoured),
+        cmocka_unit_test(second_ack_is_refused_and_the_channel_stays),
         cmocka_unit_test(cut_connection_voids_deliveries_and_redelivers),
         cmocka_unit_test(silent_broker_is_noticed_by_heartbeats),
         cmocka_unit_test(deleted_or_missing_queue_is_a_clear_error),

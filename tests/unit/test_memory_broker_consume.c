@@ -131,6 +131,7 @@ static void fields_round_trip_and_acks_empty_the_queue(void **state)
     for (int i = 0; i < 3; i++)
         d[i] = must_next(f.con);
     assert_string_equal(d[0]->message_id, "m-binary");
+    assert_int_equal(d[0]->message_id_len, strlen("m-binary"));
     assert_string_equal(d[0]->exchange, "ex");
     assert_string_equal(d[0]->routing_key, "k");
     assert_string_equal(d[0]->content_type, "application/octet-stream");
@@ -309,26 +310,38 @@ static void deleted_queue_cancels_the_consumer(void **state)
 
 /* A tag settled twice: as RabbitMQ, the broker closes the channel (406),
  * the next call says so, and what was in hand comes back redelivered. */
-static void unknown_tag_closes_the_channel(void **state)
+/* A delivery settled twice: the second is refused in the handle (nothing
+ * reaches the broker, so the channel and the other deliveries in hand stay
+ * as they were), and so is a settle after a reject, and a tag the handle
+ * never handed out. */
+static void second_settle_is_refused_and_nothing_else_changes(void **state)
 {
     (void)state;
     fixture f = setup_queue("twice", NULL, 10);
-    publish_n(f.pub, "ex", "t", 2);
-    acemq_delivery *a = must_next(f.con), *b = must_next(f.con);
+    publish_n(f.pub, "ex", "t", 3);
+    acemq_delivery *a = must_next(f.con), *b = must_next(f.con), *c = must_next(f.con);
     assert_int_equal(acemq_broker_ack(f.con, a), 0);
-    assert_int_equal(acemq_broker_ack(f.con, a), 0); /* the broker answers later */
-    acemq_delivery *d = NULL;
-    assert_int_equal(acemq_broker_next(f.con, 0, &d), ACEMQ_EBACKEND);
-    assert_non_null(strstr(acemq_broker_errmsg(f.con), "406 PRECONDITION_FAILED"));
-    assert_int_equal(acemq_broker_ack(f.con, b), ACEMQ_ESTALE);
-    d = must_next(f.con);
+    assert_int_equal(acemq_broker_ack(f.con, a), ACEMQ_EINVAL);
+    assert_non_null(strstr(acemq_broker_errmsg(f.con), "settled already"));
+    assert_non_null(strstr(acemq_broker_errmsg(f.con), "'t0'"));
+    assert_int_equal(acemq_broker_reject(f.con, a, 1), ACEMQ_EINVAL);
+    assert_int_equal(acemq_broker_reject(f.con, b, 1), 0);
+    assert_int_equal(acemq_broker_ack(f.con, b), ACEMQ_EINVAL);
+    acemq_delivery made_up = *c;
+    made_up.tag += 100;
+    assert_int_equal(acemq_broker_ack(f.con, &made_up), ACEMQ_EINVAL);
+    /* c is still in hand on the same channel, and t1 comes back. */
+    assert_int_equal(acemq_broker_ack(f.con, c), 0);
+    acemq_delivery *d = must_next(f.con);
     assert_string_equal(d->message_id, "t1");
     assert_int_equal(d->redelivered, 1);
     assert_int_equal(acemq_broker_ack(f.con, d), 0);
     acemq_delivery_free(d);
     acemq_delivery_free(a);
     acemq_delivery_free(b);
+    acemq_delivery_free(c);
     assert_depth(f.pub, "q", 0, 0);
+    assert_none(f.con);
     teardown_fixture(&f);
 }
 
@@ -426,7 +439,7 @@ int main(void)
         cmocka_unit_test(prefetch_bounds_what_is_in_hand),
         cmocka_unit_test(lost_connection_voids_deliveries_in_hand),
         cmocka_unit_test(deleted_queue_cancels_the_consumer),
-        cmocka_unit_test(unknown_tag_closes_the_channel),
+        cmocka_unit_test(second_settle_is_refused_and_nothing_else_changes),
         cmocka_unit_test(modes_and_arguments),
         cmocka_unit_test(next_waits_for_a_message),
         cmocka_unit_test(close_gives_back),

@@ -103,6 +103,9 @@ struct timeval acemq__amqp_ms_to_tv(int64_t ms);
 /* Records a change of connection.blocked with the broker's reason (or why
  * it ended) and tells the handle's watcher. */
 void acemq__amqp_set_blocked(amqp_self *s, int blocked, amqp_bytes_t why);
+/* mt, when it is connection.blocked or connection.unblocked: recorded as
+ * above, 1. Any other method: 0, untouched. */
+int acemq__amqp_take_blocked(amqp_self *s, const amqp_method_t *mt);
 /* Tears the connection down without the close handshake, and notes when
  * it was lost for the back-off. */
 void acemq__amqp_drop_connection(amqp_self *s);

@@ -326,15 +326,8 @@ static int take_frame(acemq_broker *b, amqp_self *s, const amqp_frame_t *f, int6
         (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
         return lost(b, s, "closed by the broker: ", words);
     }
-    case AMQP_CONNECTION_BLOCKED_METHOD: {
-        const amqp_connection_blocked_t *m = mt->decoded;
-        acemq__amqp_set_blocked(s, 1, m->reason);
-        return 0;
-    }
-    case AMQP_CONNECTION_UNBLOCKED_METHOD:
-        acemq__amqp_set_blocked(s, 0, amqp_cstring_bytes("connection.unblocked"));
-        return 0;
     default:
+        (void)acemq__amqp_take_blocked(s, mt);
         return 0;
     }
 }

@@ -72,6 +72,17 @@ void acemq__amqp_set_blocked(amqp_self *s, int blocked, amqp_bytes_t why)
                       blocked ? s->blocked_why : (const char *)why.bytes);
 }
 
+int acemq__amqp_take_blocked(amqp_self *s, const amqp_method_t *mt)
+{
+    if (mt->id == AMQP_CONNECTION_BLOCKED_METHOD)
+        acemq__amqp_set_blocked(s, 1, ((const amqp_connection_blocked_t *)mt->decoded)->reason);
+    else if (mt->id == AMQP_CONNECTION_UNBLOCKED_METHOD)
+        acemq__amqp_set_blocked(s, 0, amqp_cstring_bytes("connection.unblocked"));
+    else
+        return 0;
+    return 1;
+}
+
 /* Tears the connection down without the close handshake: used when the
  * connection is already gone or can no longer be trusted, where waiting for
  * close-ok would only add the RPC timeout to the caller's wait. */

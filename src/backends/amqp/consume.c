@@ -59,6 +59,7 @@ static void consumer_ended(amqp_self *s)
 static int close_ok(acemq_broker *b, amqp_self *s, amqp_channel_t ch)
 {
     amqp_channel_close_ok_t ok = {0};
+    errno = 0;
     int st = amqp_send_method(s->conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
     if (st == AMQP_STATUS_OK) return 0;
     return lost(b, s, "channel.close-ok: ", st, errno);
@@ -152,19 +153,47 @@ static int ensure_consuming(acemq_broker *b, amqp_self *s)
     return s->conn ? ACEMQ_EBACKEND : ACEMQ_EIO;
 }
 
+/* errno is cleared first: lost() reports it, and a stale one from an
+ * earlier call would name the wrong cause. */
 static int read_frame(amqp_self *s, amqp_frame_t *f, int64_t deadline)
 {
     struct timeval tv = acemq__amqp_ms_to_tv(deadline - acemq__mono_ms());
+    errno = 0;
     return amqp_simple_wait_frame_noblock(s->conn, f, &tv);
 }
 
-/* The next frame on the consumer's channel, frames of other channels
- * skipped (the idle confirm channel's, an earlier consumer's). */
-static int read_own_frame(amqp_self *s, amqp_frame_t *f, int64_t deadline)
+/* The broker's connection.close: close-ok as a courtesy (the connection is
+ * dropped right after either way), then ACEMQ_EIO with its code and text. */
+static int closed_by_broker(acemq_broker *b, amqp_self *s, const amqp_connection_close_t *m)
+{
+    amqp_connection_close_ok_t ok = {0};
+    char words[320];
+    (void)snprintf(words, sizeof words, "%u %.*s", (unsigned)m->reply_code, (int)m->reply_text.len,
+                   (const char *)m->reply_text.bytes);
+    (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+    acemq__amqp_drop_connection(s);
+    return acemq__broker_fail(b, ACEMQ_EIO, "amqp: lost connection: closed by the broker: %s",
+                              words);
+}
+
+/* The next frame on the consumer's channel while a delivery is read, frames
+ * of other channels skipped (the idle confirm channel's, an earlier
+ * consumer's), except the connection's own: connection.close ends the read
+ * with the broker's words (ACEMQ_EIO, *rc set, returns -1) rather than as an
+ * unexplained end of the socket, and connection.blocked is kept. Else
+ * rabbitmq-c's status. */
+static int read_own_frame(acemq_broker *b, amqp_self *s, amqp_frame_t *f, int64_t deadline, int *rc)
 {
     for (;;) {
         int st = read_frame(s, f, deadline);
         if (st != AMQP_STATUS_OK || f->channel == s->consume_channel) return st;
+        if (f->channel != 0 || f->frame_type != AMQP_FRAME_METHOD) continue;
+        const amqp_method_t *mt = &f->payload.method;
+        if (mt->id == AMQP_CONNECTION_CLOSE_METHOD) {
+            *rc = closed_by_broker(b, s, mt->decoded);
+            return -1;
+        }
+        (void)acemq__amqp_take_blocked(s, mt);
     }
 }
 
@@ -190,7 +219,9 @@ static int read_delivery(acemq_broker *b, amqp_self *s, const amqp_basic_deliver
 
     amqp_frame_t f;
     int64_t deadline = acemq__mono_ms() + b->opts.confirm_timeout_ms;
-    int st = read_own_frame(s, &f, deadline);
+    int rc = 0;
+    int st = read_own_frame(b, s, &f, deadline, &rc);
+    if (rc) return rc;
     if (st != AMQP_STATUS_OK) return lost(b, s, "reading a delivery: ", st, errno);
     if (f.frame_type != AMQP_FRAME_HEADER) {
         acemq__amqp_drop_connection(s);
@@ -249,10 +280,10 @@ static int read_delivery(acemq_broker *b, amqp_self *s, const amqp_basic_deliver
     unsigned char *body = body_v;
     size_t got = 0;
     while (got < (size_t)body_size) {
-        st = read_own_frame(s, &f, deadline);
-        if (st != AMQP_STATUS_OK) {
+        st = read_own_frame(b, s, &f, deadline, &rc);
+        if (rc || st != AMQP_STATUS_OK) {
             acemq_delivery_free(d);
-            return lost(b, s, "reading a delivery's body: ", st, errno);
+            return rc ? rc : lost(b, s, "reading a delivery's body: ", st, errno);
         }
         if (f.frame_type != AMQP_FRAME_BODY ||
             f.payload.body_fragment.len > (size_t)body_size - got) {
@@ -268,6 +299,16 @@ static int read_delivery(acemq_broker *b, amqp_self *s, const amqp_basic_deliver
         /* Decoded frames stay in rabbitmq-c's pools until released: a big
          * body would hold them all at once. */
         amqp_maybe_release_buffers_on_channel(s->conn, s->consume_channel);
+    }
+    /* The core keeps the generation in the tag's top 16 bits; a channel
+     * that ever numbered this far (2^48 deliveries) starts again. */
+    if (tag >> ACEMQ__TAG_BITS) {
+        acemq_delivery_free(d);
+        acemq__amqp_drop_connection(s);
+        return acemq__broker_fail(b, ACEMQ_EIO,
+                                  "amqp: delivery tag %llu past 2^48: connection dropped to "
+                                  "number from 1 again (the broker delivers it again)",
+                                  (unsigned long long)tag);
     }
     *out = d;
     return 0;
@@ -317,7 +358,7 @@ static int take_method(acemq_broker *b, amqp_self *s, const amqp_frame_t *f, ace
         (void)snprintf(words, sizeof words, "%u %.*s", (unsigned)m->reply_code,
                        (int)m->reply_text.len, (const char *)m->reply_text.bytes);
         if (!own) { /* the idle confirm channel: publish reopens it if ever */
-            s->channel_open = 0;
+            if (f->channel == s->channel) s->channel_open = 0;
             *rc = close_ok(b, s, f->channel);
             return *rc != 0;
         }
@@ -329,28 +370,11 @@ static int take_method(acemq_broker *b, amqp_self *s, const amqp_frame_t *f, ace
         if (*rc == 0) *rc = ACEMQ_EBACKEND;
         return 1;
     }
-    case AMQP_CONNECTION_CLOSE_METHOD: {
-        const amqp_connection_close_t *m = mt->decoded;
-        amqp_connection_close_ok_t ok = {0};
-        char words[320];
-        (void)snprintf(words, sizeof words, "%u %.*s", (unsigned)m->reply_code,
-                       (int)m->reply_text.len, (const char *)m->reply_text.bytes);
-        /* A courtesy: the connection is dropped right after either way. */
-        (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-        acemq__amqp_drop_connection(s);
-        *rc = acemq__broker_fail(b, ACEMQ_EIO, "amqp: lost connection: closed by the broker: %s",
-                                 words);
+    case AMQP_CONNECTION_CLOSE_METHOD:
+        *rc = closed_by_broker(b, s, mt->decoded);
         return 1;
-    }
-    case AMQP_CONNECTION_BLOCKED_METHOD: {
-        const amqp_connection_blocked_t *m = mt->decoded;
-        acemq__amqp_set_blocked(s, 1, m->reason);
-        return 0;
-    }
-    case AMQP_CONNECTION_UNBLOCKED_METHOD:
-        acemq__amqp_set_blocked(s, 0, amqp_cstring_bytes("connection.unblocked"));
-        return 0;
     default:
+        (void)acemq__amqp_take_blocked(s, mt);
         return 0;
     }
 }
@@ -363,7 +387,6 @@ int acemq__amqp_next(acemq_broker *b, int timeout_ms, acemq_delivery **out)
     int64_t deadline = acemq__mono_ms() + timeout_ms;
     for (;;) {
         amqp_frame_t f;
-        errno = 0;
         int st = read_frame(s, &f, deadline);
         if (st == AMQP_STATUS_TIMEOUT)
             return acemq__broker_fail(b, ACEMQ_ENOENT, "no delivery within %d ms", timeout_ms);

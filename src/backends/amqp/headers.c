@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,12 +86,17 @@ static json_t *real(double d)
 }
 
 /* A decimal (value scaled down by 10^decimals) as its digits: "12.34",
- * "0.05". */
+ * "0.05", "-7.5". AMQP 0-9-1 (4.2.5.5) makes the value a signed 32-bit
+ * integer, as the Java client and pika write it; rabbitmq-c's type is
+ * unsigned, so the bits are read back as two's complement. */
 static json_t *decimal(amqp_decimal_t v)
 {
     char digits[16], out[300];
-    int n = snprintf(digits, sizeof digits, "%" PRIu32, v.value);
-    int dec = v.decimals, o = 0;
+    int64_t value = v.value > INT32_MAX ? (int64_t)v.value - ((int64_t)1 << 32) : v.value;
+    int o = 0;
+    if (value < 0) out[o++] = '-';
+    int n = snprintf(digits, sizeof digits, "%" PRIu64, (uint64_t)(value < 0 ? -value : value));
+    int dec = v.decimals;
     if (dec >= n) { /* all behind the point: "0.", then zeros */
         out[o++] = '0';
         out[o++] = '.';
@@ -179,7 +185,8 @@ static json_t *table_json(const amqp_table_t *t, int depth)
     return o;
 }
 
-/* An integer field as an int, saturated; 0 for any other kind. */
+/* An integer field as an attempt count, saturated at INT_MAX; 0 for a
+ * negative one and for any other kind. */
 static int int_value(const amqp_field_value_t *v)
 {
     long long x;
@@ -212,7 +219,8 @@ static int int_value(const amqp_field_value_t *v)
     default:
         return 0;
     }
-    return x > INT_MAX ? INT_MAX : x < INT_MIN ? INT_MIN : (int)x;
+    /* A count below zero means nothing: none yet, as without the header. */
+    return x > INT_MAX ? INT_MAX : x < 0 ? 0 : (int)x;
 }
 
 int acemq__amqp_headers_json(const amqp_table_t *t, char **json, int *attempts)

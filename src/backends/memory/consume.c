@@ -350,7 +350,7 @@ static int deliver(acemq_broker *b, mem_handle *h, acemq_delivery **out)
         .content_type = m->content_type,
         .content_type_len = m->content_type ? strlen(m->content_type) : 0,
         .headers_json = m->headers_json,
-        .attempts = m->attempts,
+        .attempts = m->attempts < 0 ? 0 : m->attempts, /* as the AMQP adapter reads it */
         .redelivered = m->redelivered,
         .body_len = m->body_len,
     };
@@ -429,8 +429,10 @@ int acemq__mem_settle(acemq_broker *b, uint64_t tag, int how)
         /* The channel is closed already: RabbitMQ ignores what follows on
          * it, and the next call gives everything back. */
     } else if (i == h->n_un) {
-        /* As RabbitMQ: the ack goes out, and the broker closes the channel
-         * for a tag it does not know; the next call hears of it. */
+        /* The core refuses a tag it did not hand out or saw settled, so
+         * this is a backend's own mistake; answered as RabbitMQ would: the
+         * broker closes the channel over the unknown tag, and the next call
+         * hears of it. */
         (void)snprintf(h->why, sizeof h->why,
                        "channel closed by the broker: 406 PRECONDITION_FAILED - unknown "
                        "delivery tag %llu",
