@@ -1,4 +1,5 @@
-/* acemq/broker.h — publishing to a message broker with publisher confirms.
+/* acemq/broker.h — publishing to a message broker with publisher confirms,
+ * and consuming from it with manual acknowledgements (below, "Consuming").
  *
  * What the relay needs from a broker, and no more: publish a batch of
  * messages, pipelined (up to `window` unconfirmed at once, not one at a
@@ -132,6 +133,79 @@ ACEMQ_EXTERN int acemq_broker_collect(acemq_broker *b);
  * their confirm timeout. It lasts until b is closed. */
 ACEMQ_EXTERN int acemq_broker_blocked(const acemq_broker *b);
 ACEMQ_EXTERN void acemq_broker_stop_waiting(acemq_broker *b);
+
+/* Consuming: what a consumer needs from a broker, and no more. A handle
+ * either publishes or consumes: acemq_broker_consume turns it into a
+ * consuming handle for good, and from then on publish and send answer
+ * ACEMQ_EINVAL (a consumer that must publish opens a second handle, so that
+ * publisher confirms and deliveries never share a connection's flow control).
+ *
+ * A delivery is one message the broker handed over and waits to hear about.
+ * It belongs to the caller (acemq_delivery_free) and is settled once, by
+ * acemq_broker_ack or acemq_broker_reject on the handle that delivered it.
+ * tag names it to the handle, not to the broker: it carries which connection
+ * delivered it, so a delivery from a connection since lost is refused
+ * (ACEMQ_ESTALE, nothing sent) instead of settling another message that
+ * reuses its number on the new connection; the broker delivers it again. */
+typedef struct acemq_delivery {
+    uint64_t tag; /* what ack/reject name; valid only on the connection that delivered it */
+    const char *message_id; /* NULL: the message has none */
+    /* message_id's length: an AMQP id may hold NUL bytes, so a key is these
+     * bytes (two ids that differ after a NUL are two messages). 0 when none. */
+    size_t message_id_len;
+    const char *exchange; /* "" is the default exchange */
+    const char *routing_key;
+    const char *content_type; /* NULL: none */
+    const char *headers_json; /* the AMQP headers as one JSON object (below); NULL: none */
+    int attempts;             /* header "x-acemq-attempts" (what publish sends), else 0 */
+    int redelivered;          /* the broker's redelivered flag: 1 when delivered before */
+    const void *body;         /* never NULL, even when body_len is 0 */
+    size_t body_len;
+} acemq_delivery;
+
+/* headers_json: strings as strings (byte sequences that are not UTF-8 as
+ * U+FFFD), integers as numbers, floats as numbers (NaN and infinities as
+ * strings), booleans, void as null, arrays as arrays, tables as objects
+ * (RabbitMQ's x-death among them), timestamps as seconds, decimals as
+ * strings ("12.34", "-0.5"). attempts is 0 without the header, and when
+ * it is negative or not an integer. */
+
+/* basic.qos(prefetch: unacknowledged deliveries in hand at most, 0 no limit)
+ * and basic.consume(queue, manual acknowledgements) on a channel of its own.
+ * 0, or: ACEMQ_ENOENT (no such queue), ACEMQ_EAUTH (the broker refused the
+ * queue to this user), ACEMQ_EBACKEND (another refusal, e.g. an exclusive
+ * queue of another connection), ACEMQ_EIO (no connection), ACEMQ_EINVAL (a
+ * handle that already consumes, or has sends outstanding); the broker's words
+ * in acemq_broker_errmsg. A handle whose consume failed is as it was. */
+ACEMQ_EXTERN int acemq_broker_consume(acemq_broker *b, const char *queue, int prefetch);
+
+/* Waits up to timeout_ms (0: only what has already come) for the next
+ * delivery: 0 with *out, the caller's to free; ACEMQ_ENOENT when none came
+ * in time; ACEMQ_EIO when the connection is lost (a broker that closed it,
+ * a cut socket, or no heartbeat from it within twice heartbeat_s);
+ * ACEMQ_EBACKEND when the broker ended the consumer (basic.cancel: the queue
+ * was deleted) or closed its channel. After EIO or EBACKEND the deliveries
+ * in hand are void (ACEMQ_ESTALE; the broker delivers them again), and the
+ * next call connects again, waiting out the back-off publish uses, and
+ * consumes again. rabbitmq-c answers heartbeats only inside calls on the
+ * handle: call next (or ack) at least every heartbeat_s. */
+ACEMQ_EXTERN int acemq_broker_next(acemq_broker *b, int timeout_ms, acemq_delivery **out);
+
+/* basic.ack of d. 0 (sent: AMQP does not answer an ack), ACEMQ_ESTALE (d
+ * came on a connection or channel since lost: nothing sent), ACEMQ_EINVAL
+ * (d was settled already, or is not this handle's: nothing sent, and the
+ * deliveries in hand stay valid), ACEMQ_EIO (the connection failed while
+ * sending; d is then stale). */
+ACEMQ_EXTERN int acemq_broker_ack(acemq_broker *b, const acemq_delivery *d);
+
+/* requeue 1: back to the queue (basic.nack with requeue), delivered again
+ * with redelivered set; 0: to the queue's dead-letter exchange
+ * (x-dead-letter-exchange), or dropped when it has none. Returns as ack. */
+ACEMQ_EXTERN int acemq_broker_reject(acemq_broker *b, const acemq_delivery *d, int requeue);
+
+/* Frees a delivery from acemq_broker_next, settled or not (an unsettled one
+ * stays with the broker until the connection ends). NULL is fine. */
+ACEMQ_EXTERN void acemq_delivery_free(acemq_delivery *d);
 
 /* The broker's own words for the last error on b, or the argument that was
  * wrong; a call that succeeds leaves it as it was. With b NULL, why the last

@@ -97,6 +97,39 @@ size_t acemq__memory_broker_count(acemq_broker *b);
 /* Copies message i (0 = first taken) into *out: 0, or ACEMQ_ENOENT. */
 int acemq__memory_broker_get(acemq_broker *b, size_t i, acemq__stored_msg *out);
 
+/* Consuming from the memory broker (backends/memory/consume.c). Queues
+ * exist once a test declares them; a message published to an exchange and
+ * routing key that a queue is bound to (or to the default exchange "" with
+ * the queue's name as the key) is copied into it, with headers_json as the
+ * AMQP adapter delivers it (the published headers and "x-acemq-attempts" as
+ * a number; headers that are not a JSON object are left out). Exchanges are
+ * direct: the key matches exactly. A rejected message (requeue 0) goes to
+ * the queue's dead-letter exchange under its own routing key, or is
+ * dropped; x-death is not added. */
+
+/* Declares queue on b's broker (an existing one is kept as it is), with
+ * dead_letter_exchange (NULL: none). 0, or ACEMQ_ENOMEM. */
+int acemq__memory_broker_declare(acemq_broker *b, const char *queue,
+                                 const char *dead_letter_exchange);
+/* Binds queue to exchange with routing_key: 0, ACEMQ_ENOENT (no such
+ * queue) or ACEMQ_ENOMEM. */
+int acemq__memory_broker_bind(acemq_broker *b, const char *queue, const char *exchange,
+                              const char *routing_key);
+/* Deletes queue and its messages, those delivered and not settled too; its
+ * consumers are cancelled (their next acemq_broker_next answers
+ * ACEMQ_EBACKEND). 0 or ACEMQ_ENOENT. */
+int acemq__memory_broker_delete(acemq_broker *b, const char *queue);
+/* Messages ready in queue (not delivered, or given back) into *ready, and
+ * delivered and not settled into *unacked (either may be NULL): 0 or
+ * ACEMQ_ENOENT. */
+int acemq__memory_broker_depth(acemq_broker *b, const char *queue, size_t *ready, size_t *unacked);
+/* Cuts consuming handle b's connection now: what it holds goes back to its
+ * queue marked redelivered, at once, as RabbitMQ does when it sees the
+ * connection end. b notices on its next call: acemq_broker_next or a
+ * settle answers ACEMQ_EIO, and the call after that connects again (an
+ * armed ACEMQ__FAULT_REFUSE refuses that too, once per call). */
+void acemq__memory_broker_cut(acemq_broker *b);
+
 /* The SQLite idempotency store's open on a parsed URL, for tests that make
  * the handle themselves (acemq__idem_new) to see what a failed open leaves. */
 struct acemq__url;

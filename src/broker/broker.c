@@ -98,6 +98,7 @@ void acemq_broker_close(acemq_broker *b)
 {
     if (!b) return;
     if (b->methods) b->methods->close(b);
+    free(b->held);
     free(b);
 }
 
@@ -177,6 +178,9 @@ int acemq_broker_send(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
                       acemq_publish_result *results)
 {
     if (!b) return ACEMQ_EINVAL;
+    if (b->consuming)
+        return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                  "a consuming handle does not publish: open another");
     if (b->outstanding >= ACEMQ_BROKER_MAX_SENDS)
         return acemq__broker_fail(b, ACEMQ_EINVAL, "%d sends outstanding: collect one first",
                                   ACEMQ_BROKER_MAX_SENDS);
@@ -203,6 +207,9 @@ int acemq_broker_publish(acemq_broker *b, const acemq_broker_msg *msgs, size_t n
                          acemq_publish_result *results)
 {
     if (!b) return ACEMQ_EINVAL;
+    if (b->consuming)
+        return acemq__broker_fail(b, ACEMQ_EINVAL,
+                                  "a consuming handle does not publish: open another");
     if (n == 0) return 0;
     if (b->outstanding)
         return acemq__broker_fail(b, ACEMQ_EINVAL,

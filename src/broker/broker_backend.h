@@ -16,7 +16,7 @@
 #include "acemq/broker.h"
 #include "core/registry.h"
 
-#define ACEMQ__BROKER_METHODS_VERSION 2
+#define ACEMQ__BROKER_METHODS_VERSION 3
 
 typedef struct acemq__broker_methods {
     int version;
@@ -36,7 +36,21 @@ typedef struct acemq__broker_methods {
     int (*send)(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
                 acemq_publish_result *results);
     int (*collect)(acemq_broker *b);
+    /* Version 3: consuming (acemq_broker_consume / _next / _ack / _reject).
+     * The core checks the arguments and the handle's mode, calls consume at
+     * most once successfully, and next and settle only after it. next puts
+     * the backend's own delivery tag in (*out)->tag (below 2^48; the core
+     * adds the generation, acemq__broker_tag). settle gets that tag back
+     * only for a delivery of the current generation: how is an
+     * acemq__settle, and the tag of a delivery handed out and not yet
+     * settled: the core refuses a second settle of one delivery itself.
+     * Every slot may be NULL: the core answers ENOTSUP. */
+    int (*consume)(acemq_broker *b, const char *queue, int prefetch);
+    int (*next)(acemq_broker *b, int timeout_ms, acemq_delivery **out);
+    int (*settle)(acemq_broker *b, uint64_t tag, int how);
 } acemq__broker_methods;
+
+enum acemq__settle { ACEMQ__ACK = 0, ACEMQ__REQUEUE, ACEMQ__REJECT };
 
 struct acemq_broker {
     const acemq__broker_methods *methods;
@@ -56,6 +70,21 @@ struct acemq_broker {
      * broker's reason (or why it ended): the relay logs it. */
     void (*on_blocked)(void *ctx, int blocked, const char *reason);
     void *on_blocked_ctx;
+    /* Set once acemq_broker_consume succeeded: the handle no longer publishes. */
+    int consuming;
+    /* Consuming: bumped by the backend each time the deliveries in hand
+     * become void (a lost connection, a channel or consumer the broker
+     * ended), so that their tags, which a new channel reuses from 1, are
+     * told apart from the new ones' (acemq__broker_tag). */
+    uint32_t generation;
+    /* Consuming: the backend tags handed out in generation held_gen and not
+     * settled since, ascending (broker/consume.c). A second ack of one
+     * delivery is refused here, nothing sent: RabbitMQ would close the
+     * channel over the unknown tag, and every other delivery in hand would
+     * go back to the queue with it. */
+    uint64_t *held;
+    size_t n_held, cap_held;
+    uint32_t held_gen;
 };
 
 int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)
@@ -66,6 +95,26 @@ int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)
  * answer read at at_us, saturated to 0..UINT32_MAX. */
 int64_t acemq__broker_now_us(void);
 uint32_t acemq__broker_confirm_us(int64_t sent_us, int64_t at_us);
+
+/* A delivery as the caller sees it: one block holding the struct, its
+ * strings and its body. Each string given as bytes and length (bytes NULL:
+ * none, the field NULL); headers_json NUL-terminated or NULL. The body's
+ * body_len bytes are left for the backend to fill through *body. NULL when
+ * out of memory. */
+typedef struct acemq__delivery_parts {
+    uint64_t tag;
+    const void *message_id, *exchange, *routing_key, *content_type;
+    size_t message_id_len, exchange_len, routing_key_len, content_type_len;
+    const char *headers_json;
+    int attempts, redelivered;
+    size_t body_len;
+} acemq__delivery_parts;
+acemq_delivery *acemq__delivery_new(const acemq__delivery_parts *p, void **body);
+
+/* A delivery's tag as the caller holds it: the backend's own tag in the low
+ * 48 bits, the handle's generation (mod 2^16) above. */
+#define ACEMQ__TAG_BITS 48
+uint64_t acemq__broker_tag(const acemq_broker *b, uint64_t backend_tag);
 
 /* Whether a wait on a blocked connection should give up now:
  * acemq_broker_stop_waiting was called, or the watched stop flag is set. */

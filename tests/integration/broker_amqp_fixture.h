@@ -1,4 +1,5 @@
-/* broker_amqp_fixture.h — what the parts of test_broker_amqp share: the URL
+/* broker_amqp_fixture.h — what the parts of test_broker_amqp share (and
+ * test_broker_consume, for its admin connection and names): the URL
  * under test and the admin connection (a second, plain rabbitmq-c connection
  * that declares exchanges and queues and reads what arrived), helpers that
  * fail the test when RabbitMQ or the broker refuses, and the tests each part

@@ -1,6 +1,7 @@
-/* amqp_self.h — the AMQP 0-9-1 broker's state, shared by its two files:
+/* amqp_self.h — the AMQP 0-9-1 broker's state, shared by its files:
  * broker.c publishes and reads confirms, connection.c connects, opens the
- * channel, reconnects with back-off and follows connection.blocked.
+ * channel, reconnects with back-off and follows connection.blocked,
+ * consume.c consumes (headers.c turns a delivery's headers into JSON).
  * Internal to src/backends/amqp/.
  */
 #ifndef ACEMQ_BACKENDS_AMQP_AMQP_SELF_H
@@ -76,6 +77,16 @@ typedef struct amqp_self {
     sendrec sends[ACEMQ_BROKER_MAX_SENDS];
     size_t head, count, inflight;
 
+    /* Consuming (consume.c): the queue and prefetch of acemq_broker_consume
+     * (queue NULL: the handle publishes), kept to consume again on a new
+     * connection. consume_open: consume_channel has the consumer on it now;
+     * whatever ends that bumps owner->generation (the deliveries in hand are
+     * void). A consuming handle's connection opens only this channel. */
+    char *queue;
+    int prefetch;
+    amqp_channel_t consume_channel;
+    int consume_open;
+
     /* Per send call, while it sends. */
     char why[640];
     json_t **parsed;
@@ -92,15 +103,40 @@ struct timeval acemq__amqp_ms_to_tv(int64_t ms);
 /* Records a change of connection.blocked with the broker's reason (or why
  * it ended) and tells the handle's watcher. */
 void acemq__amqp_set_blocked(amqp_self *s, int blocked, amqp_bytes_t why);
+/* mt, when it is connection.blocked or connection.unblocked: recorded as
+ * above, 1. Any other method: 0, untouched. */
+int acemq__amqp_take_blocked(amqp_self *s, const amqp_method_t *mt);
 /* Tears the connection down without the close handshake, and notes when
  * it was lost for the back-off. */
 void acemq__amqp_drop_connection(amqp_self *s);
-/* Connects, logs in and opens the channel in confirm mode now: 0, or an
- * error with its text on b. */
+/* rabbitmq-c's words for a failed RPC, with the broker's reply code and
+ * text when it closed the connection or the channel. */
+void acemq__amqp_describe_reply(char *buf, size_t len, const char *what, amqp_rpc_reply_t r);
+/* Connects, logs in and opens the channel in confirm mode now (a consuming
+ * handle: its consumer, acemq__amqp_open_consumer): 0, or an error with its
+ * text on b. */
 int acemq__amqp_connect(acemq_broker *b, amqp_self *s);
 /* Makes the handle ready to publish: reopens a channel the broker closed,
  * or reconnects after waiting out the back-off. 0, or an error with its
  * text on b. */
 int acemq__amqp_ensure_ready(acemq_broker *b, amqp_self *s);
+
+/* ---- consume.c ---- */
+
+/* Opens a channel, sets its prefetch and consumes s->queue on it: 0, or an
+ * error with its text on b: ACEMQ_ENOENT (no such queue: 404), ACEMQ_EAUTH
+ * (403), ACEMQ_EBACKEND (another refusal; the connection stays), ACEMQ_EIO
+ * (the connection failed, and is dropped). */
+int acemq__amqp_open_consumer(acemq_broker *b, amqp_self *s);
+/* The slots of version 3 (broker/broker_backend.h). */
+int acemq__amqp_consume(acemq_broker *b, const char *queue, int prefetch);
+int acemq__amqp_next(acemq_broker *b, int timeout_ms, acemq_delivery **out);
+int acemq__amqp_settle(acemq_broker *b, uint64_t tag, int how);
+
+/* ---- headers.c ---- */
+
+/* t as one JSON object in *json (free() it) and the x-acemq-attempts
+ * header's value in *attempts (0 without one): 0 or ACEMQ_ENOMEM. */
+int acemq__amqp_headers_json(const amqp_table_t *t, char **json, int *attempts);
 
 #endif

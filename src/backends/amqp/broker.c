@@ -326,15 +326,8 @@ static int take_frame(acemq_broker *b, amqp_self *s, const amqp_frame_t *f, int6
         (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
         return lost(b, s, "closed by the broker: ", words);
     }
-    case AMQP_CONNECTION_BLOCKED_METHOD: {
-        const amqp_connection_blocked_t *m = mt->decoded;
-        acemq__amqp_set_blocked(s, 1, m->reason);
-        return 0;
-    }
-    case AMQP_CONNECTION_UNBLOCKED_METHOD:
-        acemq__amqp_set_blocked(s, 0, amqp_cstring_bytes("connection.unblocked"));
-        return 0;
     default:
+        (void)acemq__amqp_take_blocked(s, mt);
         return 0;
     }
 }
@@ -643,6 +636,7 @@ static void amqp_close(acemq_broker *b)
     free(s->parsed);
     free(s->entries);
     acemq__frames_free(&s->frames);
+    free(s->queue);
     free(s->url_buf);
     free(s);
     b->self = NULL;
@@ -655,6 +649,9 @@ static const acemq__broker_methods amqp_methods = {
     .publish = NULL, /* the core publishes through send + collect */
     .send = amqp_send,
     .collect = amqp_collect,
+    .consume = acemq__amqp_consume,
+    .next = acemq__amqp_next,
+    .settle = acemq__amqp_settle,
 };
 
 static int open_amqp(acemq_broker *b, const char *url)

@@ -1,5 +1,6 @@
 /* connection.c — the AMQP 0-9-1 broker's connection: connect and log in,
- * one channel in confirm mode, reconnect with back-off after a loss, and
+ * one channel in confirm mode (or, consuming, the consumer's channel:
+ * consume.c), reconnect with back-off after a loss, and
  * connection.blocked / unblocked as the broker tells them (broker.c reads
  * the frames). */
 #include <stdio.h>
@@ -20,9 +21,7 @@ struct timeval acemq__amqp_ms_to_tv(int64_t ms)
     return tv;
 }
 
-/* rabbitmq-c's words for a failed RPC, with the broker's reply code and text
- * when the broker closed the connection or channel. */
-static void describe_reply(char *buf, size_t len, const char *what, amqp_rpc_reply_t r)
+void acemq__amqp_describe_reply(char *buf, size_t len, const char *what, amqp_rpc_reply_t r)
 {
     switch (r.reply_type) {
     case AMQP_RESPONSE_NORMAL:
@@ -73,6 +72,17 @@ void acemq__amqp_set_blocked(amqp_self *s, int blocked, amqp_bytes_t why)
                       blocked ? s->blocked_why : (const char *)why.bytes);
 }
 
+int acemq__amqp_take_blocked(amqp_self *s, const amqp_method_t *mt)
+{
+    if (mt->id == AMQP_CONNECTION_BLOCKED_METHOD)
+        acemq__amqp_set_blocked(s, 1, ((const amqp_connection_blocked_t *)mt->decoded)->reason);
+    else if (mt->id == AMQP_CONNECTION_UNBLOCKED_METHOD)
+        acemq__amqp_set_blocked(s, 0, amqp_cstring_bytes("connection.unblocked"));
+    else
+        return 0;
+    return 1;
+}
+
 /* Tears the connection down without the close handshake: used when the
  * connection is already gone or can no longer be trusted, where waiting for
  * close-ok would only add the RPC timeout to the caller's wait. */
@@ -85,6 +95,10 @@ void acemq__amqp_drop_connection(amqp_self *s)
         s->conn = NULL;
     }
     s->channel_open = 0;
+    if (s->consume_open) {
+        s->consume_open = 0;
+        s->owner->generation++; /* the deliveries in hand are void */
+    }
     acemq__amqp_set_blocked(s, 0, amqp_cstring_bytes("connection dropped"));
     s->lost_at_ms = acemq__mono_ms();
 }
@@ -96,11 +110,11 @@ static int open_channel(acemq_broker *b, amqp_self *s)
      * incarnation can be taken for this one's. */
     amqp_channel_t ch = (amqp_channel_t)(s->channel % 1000 + 1);
     if (!amqp_channel_open(s->conn, ch)) {
-        describe_reply(msg, sizeof msg, "channel.open", amqp_get_rpc_reply(s->conn));
+        acemq__amqp_describe_reply(msg, sizeof msg, "channel.open", amqp_get_rpc_reply(s->conn));
         return acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", msg);
     }
     if (!amqp_confirm_select(s->conn, ch)) {
-        describe_reply(msg, sizeof msg, "confirm.select", amqp_get_rpc_reply(s->conn));
+        acemq__amqp_describe_reply(msg, sizeof msg, "confirm.select", amqp_get_rpc_reply(s->conn));
         return acemq__broker_fail(b, ACEMQ_EIO, "amqp: %s", msg);
     }
     s->channel = ch;
@@ -160,17 +174,22 @@ int acemq__amqp_connect(acemq_broker *b, amqp_self *s)
     }
     /* connection.blocked is sent only to clients that say they take it;
      * rabbitmq-c merges this into the capabilities it announces itself. */
-    amqp_table_entry_t cap = {.key = amqp_cstring_bytes("connection.blocked"),
-                              .value = {.kind = AMQP_FIELD_KIND_BOOLEAN, .value.boolean = 1}};
+    /* consumer_cancel_notify: a consumer whose queue is deleted hears
+     * basic.cancel, where it would otherwise wait on a consumer that no
+     * longer exists. */
+    amqp_table_entry_t cap[2] = {{.key = amqp_cstring_bytes("connection.blocked"),
+                                  .value = {.kind = AMQP_FIELD_KIND_BOOLEAN, .value.boolean = 1}},
+                                 {.key = amqp_cstring_bytes("consumer_cancel_notify"),
+                                  .value = {.kind = AMQP_FIELD_KIND_BOOLEAN, .value.boolean = 1}}};
     amqp_table_entry_t prop = {.key = amqp_cstring_bytes("capabilities"),
                                .value = {.kind = AMQP_FIELD_KIND_TABLE,
-                                         .value.table = {.num_entries = 1, .entries = &cap}}};
+                                         .value.table = {.num_entries = 2, .entries = cap}}};
     amqp_table_t props = {.num_entries = 1, .entries = &prop};
     amqp_rpc_reply_t r =
         amqp_login_with_properties(s->conn, s->vhost, 0, FRAME_MAX, b->opts.heartbeat_s, &props,
                                    AMQP_SASL_METHOD_PLAIN, s->info.user, s->info.password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        describe_reply(msg, sizeof msg, "login", r);
+        acemq__amqp_describe_reply(msg, sizeof msg, "login", r);
         /* Read before the drop: the decoded reply lives in the connection's
          * memory, which the drop frees. */
         int code = refused(r) ? ACEMQ_EAUTH : ACEMQ_EIO;
@@ -178,6 +197,8 @@ int acemq__amqp_connect(acemq_broker *b, amqp_self *s)
         return acemq__broker_fail(b, code, "amqp: %s@%s:%d vhost '%s': %s", s->info.user, host,
                                   port, s->vhost, msg);
     }
+    if (s->queue) /* a refused queue ends the channel only (or drops the connection itself) */
+        return acemq__amqp_open_consumer(b, s);
     int rc = open_channel(b, s);
     if (rc) acemq__amqp_drop_connection(s);
     return rc;

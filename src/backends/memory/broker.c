@@ -1,7 +1,8 @@
 /* broker.c — an in-process broker for unit tests: it takes messages,
  * and fails on request in each of the ways a real broker can (refused
  * connection, nack, dropped connection with confirms lost, confirms that
- * never come, unroutable exchanges).
+ * never come, unroutable exchanges). Queues that tests declare get copies
+ * of what is published to them, for consumers (consume.c).
  *
  * Confirms are held the way a real broker's are late: each handle keeps the
  * outcomes of what it sent in a queue, and answers them oldest first only
@@ -17,46 +18,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/builtin.h"
-#include "broker/broker_backend.h"
+#include "backends/memory/broker_self.h"
 #include "backends/test_control.h"
-
-typedef struct shared_broker {
-    char name[128];
-    int refs;
-    pthread_mutex_t lock;
-    acemq__stored_msg *msgs;
-    size_t n, cap;
-    int fault, fault_times; /* calls for REFUSE and NO_CONFIRM, messages for NACK */
-    size_t fault_after;     /* messages that pass before a NACK or DROP hits */
-    char (*unroutable)[256];
-    size_t n_unroutable;
-    struct shared_broker *next;
-} shared_broker;
-
-/* An outcome the broker decided and has not told yet. */
-typedef struct held {
-    acemq_publish_result *res;
-    int outcome;
-    const char *reason;
-    int64_t sent_at_us; /* for confirm_us, as a real broker's is measured */
-} held;
-
-/* One handle: a connection to the shared broker, with its unanswered
- * confirms in publish order and where each outstanding send ends in them. */
-typedef struct mem_handle {
-    struct shared_broker *sh;
-    held *q;
-    size_t q_head, q_len, q_cap;
-    size_t q_seq;                        /* outcomes ever queued */
-    size_t ends[ACEMQ_BROKER_MAX_SENDS]; /* q_seq after each outstanding send */
-    size_t ends_head, n_ends;
-    size_t answered_seq; /* outcomes ever told */
-} mem_handle;
+#include "broker/broker_backend.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static shared_broker *registry;
+
+/* The broker's mutex, and its condition variable on the monotonic clock
+ * (a consumer's wait must not move with the wall clock). */
+static int init_sync(shared_broker *s)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) return -1;
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0) rc = pthread_cond_init(&s->arrived, &ca);
+    (void)pthread_condattr_destroy(&ca);
+    if (rc != 0) return -1;
+    if (pthread_mutex_init(&s->lock, NULL) != 0) {
+        (void)pthread_cond_destroy(&s->arrived);
+        return -1;
+    }
+    return 0;
+}
 
 static shared_broker *acquire(const char *name)
 {
@@ -67,8 +54,11 @@ static shared_broker *acquire(const char *name)
         }
     if (!s) {
         s = calloc(1, sizeof *s);
+        if (s && init_sync(s) != 0) {
+            free(s);
+            s = NULL;
+        }
         if (s) {
-            (void)pthread_mutex_init(&s->lock, NULL);
             snprintf(s->name, sizeof s->name, "%s", name);
             if (*name) {
                 s->next = registry;
@@ -93,6 +83,8 @@ static void release_shared(shared_broker *s)
     }
     pthread_mutex_unlock(&registry_lock);
     if (!last) return;
+    acemq__mem_free_queues(s);
+    (void)pthread_cond_destroy(&s->arrived);
     pthread_mutex_destroy(&s->lock);
     free(s->msgs);
     free(s->unroutable);
@@ -103,6 +95,7 @@ static void mem_close(acemq_broker *b)
 {
     mem_handle *h = b->self;
     if (!h) return;
+    acemq__mem_consumer_close(h);
     release_shared(h->sh);
     free(h->q);
     free(h);
@@ -132,7 +125,7 @@ static int store(shared_broker *s, const acemq_broker_msg *m)
     snprintf(d->routing_key, sizeof d->routing_key, "%s", m->routing_key);
     d->attempts = m->attempts;
     d->body_len = m->body_len;
-    return 0;
+    return acemq__mem_route(s, m);
 }
 
 static int hold(mem_handle *h, acemq_publish_result *res, int outcome, const char *reason)
@@ -265,6 +258,9 @@ static const acemq__broker_methods memory_methods = {
     .publish = NULL, /* the core publishes through send + collect */
     .send = mem_send,
     .collect = mem_collect,
+    .consume = acemq__mem_consume,
+    .next = acemq__mem_next,
+    .settle = acemq__mem_settle,
 };
 
 /* "memory:NAME" or "memory:NAME?unroutable=EXCHANGE": the parameter lets a
