@@ -38,7 +38,7 @@ layer_of() {
     acemq/common.h | acemq/log.h) echo 0 ;;
     acemq/idem.h | acemq/outbox.h | acemq/broker.h | acemq/audit.h) echo 2 ;;
     acemq/sqlite.h | acemq/postgres.h) echo 3 ;;
-    acemq/relay.h) echo 4 ;;
+    acemq/relay.h | acemq/consumer.h) echo 4 ;;
     acemq/*) echo 5 ;;
     *) echo "" ;;
     esac

@@ -236,7 +236,7 @@ int acemq__cli_consume(int argc, char **argv)
     acemq_consumer *c = NULL;
     acemq__metrics *metrics = NULL;
     int status = ACEMQ_CLI_FAIL;
-    if ((rc = acemq_idem_open(&store, a.store, NULL)) != 0) {
+    if (acemq_idem_open(&store, a.store, NULL) != 0) {
         fprintf(stderr, "acemq consume: --store %s: %s\n", a.store, acemq_idem_errmsg(NULL));
         goto out;
     }

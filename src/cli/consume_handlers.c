@@ -77,8 +77,10 @@ static char *base64(const unsigned char *p, size_t n)
         if (i + 2 < n) v |= p[i + 2];
         *o++ = b64[v >> 18];
         *o++ = b64[(v >> 12) & 63];
-        *o++ = i + 1 < n ? b64[(v >> 6) & 63] : '=';
-        *o++ = i + 2 < n ? b64[v & 63] : '=';
+        *o++ = b64[(v >> 6) & 63];
+        *o++ = b64[v & 63];
+        if (i + 2 >= n) o[-1] = '=';
+        if (i + 1 >= n) o[-2] = '=';
     }
     *o = '\0';
     return out;

@@ -22,7 +22,7 @@ typedef struct buf {
 
 static int put(buf *b, const void *bytes, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
+    if (!b->p || b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->len + n + 1)
             cap *= 2;
