@@ -406,13 +406,9 @@ int acemq__redis_load_scripts(acemq_idem *h)
     return 0;
 }
 
-int acemq__redis_script(acemq_idem *h, int which, size_t klen, int nargs, const char **args,
-                        const size_t *arglens, redisReply **reply)
+int acemq__redis_evalsha(acemq_idem *h, int argc, const char **argv, const size_t *lens,
+                         redisReply **reply)
 {
-    redis_idem *r = h->self;
-    const char *argv[REDIS_ARGV_MAX];
-    size_t lens[REDIS_ARGV_MAX];
-    int argc = acemq__redis_evalsha_argv(r, which, r->key, klen, nargs, args, arglens, argv, lens);
     for (int attempt = 0;; attempt++) {
         int rc = acemq__redis_command(h, argc, argv, lens, reply);
         if (rc != 0) return rc;
@@ -432,6 +428,16 @@ int acemq__redis_script(acemq_idem *h, int which, size_t klen, int nargs, const 
         return rc;
     }
     return 0;
+}
+
+int acemq__redis_script(acemq_idem *h, int which, size_t klen, int nargs, const char **args,
+                        const size_t *arglens, redisReply **reply)
+{
+    redis_idem *r = h->self;
+    const char *argv[REDIS_ARGV_MAX];
+    size_t lens[REDIS_ARGV_MAX];
+    int argc = acemq__redis_evalsha_argv(r, which, r->key, klen, nargs, args, arglens, argv, lens);
+    return acemq__redis_evalsha(h, argc, argv, lens, reply);
 }
 
 int acemq__redis_evalsha_argv(redis_idem *r, int which, const char *key, size_t klen, int nargs,

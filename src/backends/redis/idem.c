@@ -1,10 +1,11 @@
 /* idem.c — the Redis store's methods: each one EVALSHA of its script
- * (scripts.c) under the handle's lock; try_claim_many sends a batch's
- * scripts in one write and reads their replies after (one round trip).
+ * (scripts.c) under the handle's lock; try_claim_many runs the claim
+ * script once for up to REDIS_CLAIM_MAX ids (one round trip).
  * idem_redis.h states the invariants.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/redis/idem_redis.h"
@@ -44,47 +45,33 @@ static int stale(acemq_idem *h, const char *op, uint64_t token)
                             op, token);
 }
 
-/* ---- try_claim ----------------------------------------------------------- */
+/* ---- try_claim, try_claim_many ------------------------------------------ */
 
-/* The claim script's arguments for one id. */
-typedef struct claim_call {
-    num now, lease, retention, cap;
-    const char *args[5];
-    size_t lens[5];
-} claim_call;
-
-static void claim_call_init(const redis_idem *r, acemq_idem *h, const acemq__claim_args *a,
-                            claim_call *c)
-{
-    c->lens[0] = put_now(r, &c->now, a->now_ms);
-    c->lens[1] = put(&c->lease, a->lease_until_ms - a->now_ms);
-    c->lens[2] = put(&c->retention, h->opts.retention_ms);
-    c->lens[3] = a->fingerprint.len;
-    c->lens[4] = put(&c->cap, (int64_t)a->result_cap);
-    c->args[0] = c->now.s;
-    c->args[1] = c->lease.s;
-    c->args[2] = c->retention.s;
-    c->args[3] = a->fingerprint.len ? (const char *)a->fingerprint.data : "";
-    c->args[4] = c->cap.s;
-}
+/* The claim script's arguments of one element. */
+typedef struct claim_arg {
+    num lease, cap;
+} claim_arg;
 
 static int is_int(const redisReply *r)
 {
     return r->type == REDIS_REPLY_INTEGER;
 }
 
-/* Turns the claim script's reply into try_claim's answer. */
-static int claim_answer(acemq_idem *h, const redisReply *rep, const acemq__claim_args *a,
-                        acemq_claim *out)
+/* Turns the answer at rep->element[*at] (the claim script's flat reply)
+ * into try_claim's, moving *at past it. */
+static int claim_answer(acemq_idem *h, const redisReply *rep, size_t *at,
+                        const acemq__claim_args *a, acemq_claim *out)
 {
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 || !is_int(rep->element[0]))
+    if (rep->type != REDIS_REPLY_ARRAY || *at >= rep->elements || !is_int(rep->element[*at]))
         return unexpected(h, "claim", rep);
-    redisReply **e = rep->element;
+    size_t left = rep->elements - *at;
+    redisReply **e = rep->element + *at;
     switch (e[0]->integer) {
     case 0:
-        if (rep->elements != 5 || !is_int(e[1]) || !is_int(e[2]) || !is_int(e[3]) ||
-            !is_int(e[4]) || e[1]->integer <= 0)
+        if (left < 5 || !is_int(e[1]) || !is_int(e[2]) || !is_int(e[3]) || !is_int(e[4]) ||
+            e[1]->integer <= 0)
             break;
+        *at += 5;
         out->token = (uint64_t)e[1]->integer;
         out->lease_until_ms = e[2]->integer;
         out->takeover = e[3]->integer != 0;
@@ -93,19 +80,20 @@ static int claim_answer(acemq_idem *h, const redisReply *rep, const acemq__claim
         if (e[4]->integer) ACEMQ__IDEM_COUNT(h, expirations, 1);
         return ACEMQ_CLAIMED;
     case 1:
-        if (rep->elements != 4 || !is_int(e[1]) || !is_int(e[2]) ||
-            e[3]->type != REDIS_REPLY_STRING)
-            break;
+        if (left < 4 || !is_int(e[1]) || !is_int(e[2]) || e[3]->type != REDIS_REPLY_STRING) break;
+        *at += 4;
         out->has_result = e[1]->integer != 0;
         out->result_len = (size_t)e[2]->integer;
         if (a->result_cap > 0 && e[3]->len > 0)
             memcpy(a->result_buf, e[3]->str, e[3]->len < a->result_cap ? e[3]->len : a->result_cap);
         return ACEMQ_ALREADY_CONFIRMED;
     case 2:
-        if (rep->elements != 2 || !is_int(e[1])) break;
+        if (left < 2 || !is_int(e[1])) break;
+        *at += 2;
         out->lease_until_ms = e[1]->integer;
         return ACEMQ_IN_PROGRESS;
     case 3:
+        *at += 1;
         return acemq__idem_fail(h, ACEMQ_EMISMATCH,
                                 "id already seen with a different payload fingerprint");
     default:
@@ -114,81 +102,107 @@ static int claim_answer(acemq_idem *h, const redisReply *rep, const acemq__claim
     return unexpected(h, "claim", rep);
 }
 
+/* A command's argv under construction. */
+typedef struct command {
+    int argc;
+    const char *argv[REDIS_CLAIM_ARGV];
+    size_t lens[REDIS_CLAIM_ARGV];
+} command;
+
+static void add(command *c, const void *s, size_t len)
+{
+    c->argv[c->argc] = s;
+    c->lens[c->argc++] = len;
+}
+
+/* Runs the claim script once over the m elements which[] names
+ * (1..REDIS_CLAIM_MAX). Caller holds r->lock. */
+static int claim_send(acemq_idem *h, size_t m, const size_t *which, const acemq__bytes *ids,
+                      const acemq__claim_args *a, redisReply **reply)
+{
+    redis_idem *r = h->self;
+    size_t bytes = 0;
+    for (size_t x = 0; x < m; x++)
+        bytes += r->key_head + ids[which[x]].len;
+    char *keys = malloc(bytes);
+    if (!keys) {
+        (void)acemq__idem_fail(h, ACEMQ_ENOMEM, "redis: out of memory for %zu ids", m);
+        return ACEMQ_ENOMEM;
+    }
+    command c;
+    claim_arg args[REDIS_CLAIM_MAX];
+    num nkeys = {{0}}, now = {{0}}, ret = {{0}};
+    c.argc = 0;
+    add(&c, "EVALSHA", 7);
+    add(&c, r->sha[RS_CLAIM], 40);
+    add(&c, nkeys.s, put(&nkeys, (int64_t)m + 1));
+    char *k = keys;
+    for (size_t x = 0; x < m; x++) {
+        const acemq__bytes *id = &ids[which[x]];
+        memcpy(k, r->key, r->key_head);
+        memcpy(k + r->key_head, id->data, id->len);
+        add(&c, k, r->key_head + id->len);
+        k += r->key_head + id->len;
+    }
+    add(&c, r->token_key, strlen(r->token_key));
+    add(&c, now.s, put_now(r, &now, a[which[0]].now_ms));
+    add(&c, ret.s, put(&ret, h->opts.retention_ms));
+    for (size_t x = 0; x < m; x++) {
+        const acemq__claim_args *e = &a[which[x]];
+        add(&c, args[x].lease.s, put(&args[x].lease, e->lease_until_ms - e->now_ms));
+        add(&c, e->fingerprint.len ? (const char *)e->fingerprint.data : "", e->fingerprint.len);
+        add(&c, args[x].cap.s, put(&args[x].cap, (int64_t)e->result_cap));
+    }
+    int rc = acemq__redis_evalsha(h, c.argc, c.argv, c.lens, reply);
+    free(keys);
+    return rc;
+}
+
+/* Claims the m elements which[] names (1..REDIS_CLAIM_MAX) with one run of
+ * the claim script, filling their out[] and status[]. Caller holds
+ * r->lock. */
+static void claim_run(acemq_idem *h, size_t m, const size_t *which, const acemq__bytes *ids,
+                      const acemq__claim_args *a, acemq_claim *out, int *status)
+{
+    redisReply *reply = NULL;
+    int rc = claim_send(h, m, which, ids, a, &reply);
+    /* After a failed call every element shares its error: their claims may
+     * or may not have been made, as for a single call. After an answer that
+     * cannot be read, the rest share that. */
+    size_t at = 0;
+    for (size_t x = 0; x < m; x++) {
+        size_t i = which[x];
+        memset(&out[i], 0, sizeof out[i]);
+        status[i] = rc != 0 ? rc : claim_answer(h, reply, &at, &a[i], &out[i]);
+        if (status[i] < 0) memset(&out[i], 0, sizeof out[i]);
+        if (status[i] < 0 && status[i] != ACEMQ_EMISMATCH) rc = status[i];
+    }
+    if (reply) freeReplyObject(reply);
+}
+
 static int redis_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__claim_args *a,
                            acemq_claim *out)
 {
     redis_idem *r = h->self;
-    claim_call c;
-    claim_call_init(r, h, a, &c);
+    size_t zero = 0;
+    int status = 0;
     pthread_mutex_lock(&r->lock);
-    size_t klen = acemq__redis_key(r, id);
-    redisReply *reply = NULL;
-    int rc = acemq__redis_script(h, RS_CLAIM, klen, 5, c.args, c.lens, &reply);
-    if (rc == 0) rc = claim_answer(h, reply, a, out);
+    claim_run(h, 1, &zero, id, a, out, &status);
     pthread_mutex_unlock(&r->lock);
-    if (reply) freeReplyObject(reply);
-    return rc;
-}
-
-/* ---- try_claim_many ------------------------------------------------------ */
-
-typedef struct many_ctx {
-    const acemq__bytes *ids;
-    const size_t *which; /* element of ids for the pipeline's i-th command */
-    claim_call *calls;
-} many_ctx;
-
-static int build_claim(acemq_idem *h, void *ctx, size_t i, const char **argv, size_t *lens)
-{
-    redis_idem *r = h->self;
-    many_ctx *m = ctx;
-    size_t j = m->which[i];
-    size_t klen = acemq__redis_key(r, &m->ids[j]);
-    /* hiredis copies the command when it is appended: r->key is free again. */
-    return acemq__redis_evalsha_argv(r, RS_CLAIM, r->key, klen, 5, m->calls[j].args,
-                                     m->calls[j].lens, argv, lens);
+    return status;
 }
 
 static int redis_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
                                 const acemq__claim_args *a, acemq_claim *out, int *status)
 {
     redis_idem *r = h->self;
-    claim_call calls[REDIS_PIPELINE_MAX];
-    size_t which[REDIS_PIPELINE_MAX];
-    redisReply *replies[REDIS_PIPELINE_MAX];
+    size_t which[REDIS_CLAIM_MAX];
     pthread_mutex_lock(&r->lock);
-    for (size_t lo = 0; lo < n; lo += REDIS_PIPELINE_MAX) {
-        size_t k = n - lo < REDIS_PIPELINE_MAX ? n - lo : REDIS_PIPELINE_MAX, m = 0;
-        for (size_t i = lo; i < lo + k; i++) {
-            if (ids[i].len == 0) continue; /* answered by the core */
-            claim_call_init(r, h, &a[i], &calls[i - lo]);
-            which[m++] = i - lo;
-        }
-        if (m == 0) continue;
-        many_ctx ctx = {ids + lo, which, calls};
-        int rc = acemq__redis_script_many(h, m, build_claim, &ctx, replies);
-        char lost[sizeof h->errmsg] = "";
-        if (rc != 0) snprintf(lost, sizeof lost, "%s", acemq_idem_errmsg(h));
-        /* Elements left without a reply share the connection's error; their
-         * scripts may or may not have run, as for a single call. */
-        for (size_t x = 0; x < m; x++) {
-            size_t i = lo + which[x];
-            memset(&out[i], 0, sizeof out[i]);
-            if (!replies[x]) {
-                status[i] = rc != 0 ? rc : ACEMQ_EIO;
-                continue;
-            }
-            if (replies[x]->type == REDIS_REPLY_ERROR)
-                status[i] = acemq__idem_fail(h, ACEMQ_EBACKEND, "redis: %s", replies[x]->str);
-            else
-                status[i] = claim_answer(h, replies[x], &a[i], &out[i]);
-            if (status[i] != ACEMQ_CLAIMED && status[i] != ACEMQ_IN_PROGRESS &&
-                status[i] != ACEMQ_ALREADY_CONFIRMED)
-                memset(&out[i], 0, sizeof out[i]);
-            freeReplyObject(replies[x]);
-        }
-        /* The elements the connection failed come last: theirs is the text. */
-        if (rc != 0) (void)acemq__idem_fail(h, rc, "%s", lost);
+    for (size_t lo = 0; lo < n; lo += REDIS_CLAIM_MAX) {
+        size_t k = n - lo < REDIS_CLAIM_MAX ? n - lo : REDIS_CLAIM_MAX, m = 0;
+        for (size_t i = lo; i < lo + k; i++)
+            if (ids[i].len != 0) which[m++] = i; /* len 0: answered by the core */
+        if (m > 0) claim_run(h, m, which, ids, a, out, status);
     }
     pthread_mutex_unlock(&r->lock);
     return 0;

@@ -6,12 +6,13 @@
  *
  * Invariants:
  *   Keys. A store's keys all carry the hash tag {P} (P: the URL's prefix):
- *   its records are {P}:id:<id bytes> (a hash), its token counter is
+ *   its records are {P}:id:<id bytes> (a string), its token counter is
  *   {P}:token. One store lives in one Cluster slot, so every script may touch
  *   a record and the counter together, and a batch goes to one node.
- *   Tokens. Every claim takes the next value of {P}:token (INCR, inside the
- *   claim's script), a key that never expires, so no token is issued twice
- *   in a store whatever expired, was released, purged or forgotten.
+ *   Tokens. Every claim takes a value of {P}:token that the claim
+ *   script's INCRBY reserved for it, a key that never expires, so no token
+ *   is issued twice in a store whatever expired, was released, purged or
+ *   forgotten.
  *   Times. With the system clock the scripts read the server's clock
  *   (TIME), so clients whose clocks disagree agree on leases; with an
  *   injected clock they take the core's now_ms. Records keep absolute
@@ -39,6 +40,10 @@
 #define REDIS_DEFAULT_COMMAND_TIMEOUT_MS 5000
 #define REDIS_ARGV_MAX 16     /* EVALSHA, sha, 2, two keys and the scripts' arguments */
 #define REDIS_PIPELINE_MAX 64 /* commands in one pipeline */
+#define REDIS_CLAIM_MAX 64    /* ids in one run of the claim script */
+/* EVALSHA, sha, numkeys, the records, the counter, now, retention, and
+ * three arguments a record. */
+#define REDIS_CLAIM_ARGV (3 + REDIS_CLAIM_MAX + 1 + 2 + 3 * REDIS_CLAIM_MAX)
 
 /* The store's scripts (scripts.c), by index. */
 enum {
@@ -96,6 +101,11 @@ int acemq__redis_load_scripts(acemq_idem *h);
  * Error replies are left to the caller. 0, or an error (the connection
  * dropped) with its text on h. Caller holds r->lock. */
 int acemq__redis_command(acemq_idem *h, int argc, const char **argv, const size_t *lens,
+                         redisReply **reply);
+/* Sends argv, an EVALSHA of one of r->sha; reloads the scripts and sends
+ * it once more on NOSCRIPT. An error reply becomes ACEMQ_EBACKEND. Caller
+ * holds r->lock. */
+int acemq__redis_evalsha(acemq_idem *h, int argc, const char **argv, const size_t *lens,
                          redisReply **reply);
 /* EVALSHA of script `which` with one key (the record r->key holds, klen
  * bytes) and nargs arguments; reloads the scripts and runs it once more on

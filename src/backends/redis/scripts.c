@@ -2,15 +2,17 @@
  * run atomically by the server, so the fencing token is checked and the
  * record changed with nothing in between.
  *
- * Every script gets KEYS[1] = the record ({P}:id:<id>, a string),
- * KEYS[2] = the store's token counter ({P}:token), and ARGV[1] = now in
- * ms, or '' for the server's clock (TIME). A record is one string, five
- * MessagePack values (cmsgpack, built into Redis's Lua): s state ('c'
- * claimed, 'd' confirmed), t token (decimal text), x the lease end
- * (claimed) or the retention end (confirmed), f fingerprint, r stored
- * result ('' for none), written with SET ... PX so that its expiry comes
- * in the same call: a claim is GET, INCR and SET. A released record is
- * deleted: the counter, not the record, keeps tokens from coming back.
+ * Every script gets ARGV[1] = now in ms, or '' for the server's clock
+ * (TIME). The claim script gets the records it claims ({P}:id:<id>, a
+ * string each) and then the store's token counter ({P}:token) as KEYS;
+ * the others get KEYS[1] = one record and KEYS[2] = the counter. A record
+ * is one string, five MessagePack values (cmsgpack, built into Redis's
+ * Lua): s state ('c' claimed, 'd' confirmed), t token (decimal text), x
+ * the lease end (claimed) or the retention end (confirmed), f
+ * fingerprint, r stored result ('' for none), written with SET ... PX so
+ * that its expiry comes in the same call: a claim is GET and SET, with
+ * one INCRBY of the counter per run. A released record is deleted: the
+ * counter, not the record, keeps tokens from coming back.
  * Tokens are compared as the decimal strings they are stored as, so a
  * forged token beyond 2^53 cannot round onto a real one.
  */
@@ -34,45 +36,70 @@
     "  return cmsgpack.unpack(v)\n"                                                                \
     "end\n"
 
-/* ARGV: now, lease_ms, retention_ms, fingerprint ('' none), result_cap.
- * {0, token, lease_until, takeover, forgotten}  CLAIMED
- * {1, has_result, result_len, result[1..cap]}   ALREADY_CONFIRMED
- * {2, lease_until}                              IN_PROGRESS
- * {3}                                           fingerprint mismatch */
+/* KEYS: the records to claim, in order, then the token counter.
+ * ARGV: now, retention_ms, then per record lease_ms, fingerprint ('' none),
+ * result_cap. The records are claimed one after the other, so a record
+ * named twice finds its own earlier claim. The answers follow one another
+ * in one flat array, per record one of
+ *   0, token, lease_until, takeover, forgotten   CLAIMED
+ *   1, has_result, result_len, result[1..cap]    ALREADY_CONFIRMED
+ *   2, lease_until                               IN_PROGRESS
+ *   3                                            fingerprint mismatch
+ * The first claim takes as many tokens as there are records from the
+ * counter (one INCRBY) and each claim the next of them, so every token
+ * comes from the counter once, and tokens grow in the records' order. */
 static const char claim[] =
-    CLOCK LOAD "local key = KEYS[1]\n"
+    CLOCK LOAD "local n = #KEYS - 1\n"
                "local now = clock()\n"
-               "local fp = ARGV[4]\n"
-               "local takeover, forgotten = 0, 0\n"
-               "local s, t, x, f, r = load(key)\n"
-               "local differ = fp ~= '' and f and f ~= '' and f ~= fp\n"
-               "if s == 'd' then\n"
-               "  if x > now then\n"
-               "    if differ then return {3} end\n"
-               "    local n = string.len(r)\n"
-               "    if n == 0 then return {1, 0, 0, ''} end\n"
-               "    local cap = tonumber(ARGV[5])\n"
-               "    local part = ''\n"
-               "    if cap > 0 then\n"
-               "      part = r\n"
-               "      if n > cap then part = string.sub(r, 1, cap) end\n"
-               "    end\n"
-               "    return {1, 1, n, part}\n"
-               "  end\n"
-               /* Past its retention: forgotten, fingerprint and all. */
-               "  forgotten = 1\n"
-               "elseif s == 'c' then\n"
-               "  if differ then return {3} end\n"
-               "  if x > now then return {2, x} end\n"
-               "  takeover = 1\n"
-               "  if fp == '' then fp = f end\n"
+               "local ret = tonumber(ARGV[2])\n"
+               "local out, o, token = {}, 0, nil\n"
+               "local function put(v)\n"
+               "  o = o + 1\n"
+               "  out[o] = v\n"
                "end\n"
-               "local token = redis.call('INCR', KEYS[2])\n"
-               "local lease = tonumber(ARGV[2])\n"
-               "local until_ = now + lease\n"
-               "redis.call('SET', key, cmsgpack.pack('c', string.format('%d', token), until_, fp,"
-               " ''), 'PX', lease + tonumber(ARGV[3]))\n"
-               "return {0, token, until_, takeover, forgotten}\n";
+               "local function claim_one(key, lease, fp, cap)\n"
+               "  local takeover, forgotten = 0, 0\n"
+               "  local s, t, x, f, r = load(key)\n"
+               "  local differ = fp ~= '' and f and f ~= '' and f ~= fp\n"
+               "  if s == 'd' then\n"
+               "    if x > now then\n"
+               "      if differ then return put(3) end\n"
+               "      local len = string.len(r)\n"
+               "      put(1)\n"
+               "      put(len > 0 and 1 or 0)\n"
+               "      put(len)\n"
+               "      return put(cap > 0 and string.sub(r, 1, cap) or '')\n"
+               "    end\n"
+               /* Past its retention: forgotten, fingerprint and all. */
+               "    forgotten = 1\n"
+               "  elseif s == 'c' then\n"
+               "    if differ then return put(3) end\n"
+               "    if x > now then\n"
+               "      put(2)\n"
+               "      return put(x)\n"
+               "    end\n"
+               "    takeover = 1\n"
+               "    if fp == '' then fp = f end\n"
+               "  end\n"
+               "  if token then\n"
+               "    token = token + 1\n"
+               "  else\n"
+               "    token = redis.call('INCRBY', KEYS[n + 1], n) - n + 1\n"
+               "  end\n"
+               "  local until_ = now + lease\n"
+               "  redis.call('SET', key, cmsgpack.pack('c', string.format('%d', token), until_, fp,"
+               " ''), 'PX', lease + ret)\n"
+               "  put(0)\n"
+               "  put(token)\n"
+               "  put(until_)\n"
+               "  put(takeover)\n"
+               "  put(forgotten)\n"
+               "end\n"
+               "for i = 1, n do\n"
+               "  local a = 3 * i\n"
+               "  claim_one(KEYS[i], tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2]))\n"
+               "end\n"
+               "return out\n";
 
 /* ARGV: now, token, retention_ms, result ('' none). 1 done, 0 stale. A
  * repeated confirm is fine while the confirmation is remembered. */
