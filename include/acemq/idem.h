@@ -160,6 +160,31 @@ ACEMQ_EXTERN int acemq_idem_confirm(acemq_idem *h, const void *id, size_t id_len
 ACEMQ_EXTERN int acemq_idem_confirm_result(acemq_idem *h, const void *id, size_t id_len,
                                            uint64_t token, const void *result, size_t result_len);
 
+/* One claim to confirm in a batch: the id, its token, and a result to store
+ * (result NULL and result_len 0: none). */
+typedef struct acemq_idem_confirmation {
+    const void *id;
+    size_t id_len;
+    uint64_t token;
+    const void *result;
+    size_t result_len;
+} acemq_idem_confirmation;
+
+/* Confirms n claims in one call: for a consumer that handled several
+ * deliveries. Element i is confirmed as
+ *   status[i] = acemq_idem_confirm_result(h, c[i].id, c[i].id_len, c[i].token,
+ *                                         c[i].result, c[i].result_len);
+ * would, in order, with the clock read once for the batch; the SQLite store
+ * writes them in one transaction, so a batch costs one commit. A bad element
+ * gets ACEMQ_EINVAL in status[i] and does not stop the others; a stale token
+ * gets ACEMQ_ESTALE. A store failure that breaks the transaction answers
+ * every element of it with that error, none of them confirmed.
+ * Returns how many were confirmed (0..n), or a negative error, with nothing
+ * confirmed, when the call itself is invalid (h NULL, an array NULL, n above
+ * INT_MAX). */
+ACEMQ_EXTERN int acemq_idem_confirm_many(acemq_idem *h, size_t n, const acemq_idem_confirmation *c,
+                                         int *status);
+
 /* Gives up a claim without completing it, so the message can be tried again. */
 ACEMQ_EXTERN int acemq_idem_release(acemq_idem *h, const void *id, size_t id_len, uint64_t token);
 

@@ -480,6 +480,74 @@ int acemq_idem_confirm_result(acemq_idem *h, const void *id, size_t id_len, uint
     return count_error(h, rc);
 }
 
+/* Checks confirmation i of a batch and wraps its id and result; on failure
+ * the handle says what was wrong. */
+static int check_confirmation(acemq_idem *h, const acemq_idem_confirmation *c, size_t i,
+                              acemq__bytes *id, acemq__bytes *result)
+{
+    if (!c->id || c->id_len == 0)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "confirmations[%zu].id is %s", i,
+                                c->id ? "empty" : "NULL");
+    if (c->id_len > ACEMQ_IDEM_ID_MAX)
+        return acemq__idem_fail(h, ACEMQ_EINVAL,
+                                "confirmations[%zu].id is %zu bytes; at most %d are allowed", i,
+                                c->id_len, ACEMQ_IDEM_ID_MAX);
+    if (c->result_len > ACEMQ_IDEM_RESULT_MAX || (c->result_len > 0 && !c->result))
+        return acemq__idem_fail(h, ACEMQ_EINVAL,
+                                "confirmations[%zu].result: %zu bytes%s; at most %d", i,
+                                c->result_len, c->result ? "" : " at NULL", ACEMQ_IDEM_RESULT_MAX);
+    *id = (acemq__bytes){c->id, c->id_len};
+    *result = (acemq__bytes){c->result, c->result_len};
+    return 0;
+}
+
+int acemq_idem_confirm_many(acemq_idem *h, size_t n, const acemq_idem_confirmation *c, int *status)
+{
+    if (!h) return ACEMQ_EINVAL;
+    if (n == 0) return 0;
+    if (!c) return acemq__idem_fail(h, ACEMQ_EINVAL, "confirmations is NULL with n %zu", n);
+    if (!status) return acemq__idem_fail(h, ACEMQ_EINVAL, "status is NULL with n %zu", n);
+    if (n > INT_MAX)
+        return acemq__idem_fail(h, ACEMQ_EINVAL, "%zu confirmations in one batch; at most %d", n,
+                                INT_MAX);
+    const acemq__idem_methods *mt = h->methods;
+    int many = mt->version >= 4 && mt->confirm_many;
+    int64_t now = now_ms(h), expires = add_ms(now, h->opts.retention_ms);
+    acemq__bytes ids[MANY_CHUNK], results[MANY_CHUNK];
+    uint64_t tokens[MANY_CHUNK];
+    int confirmed = 0;
+    for (size_t lo = 0; lo < n; lo += MANY_CHUNK) {
+        size_t k = n - lo < MANY_CHUNK ? n - lo : MANY_CHUNK, todo = 0;
+        for (size_t i = 0; i < k; i++) {
+            tokens[i] = c[lo + i].token;
+            int rc = check_confirmation(h, &c[lo + i], lo + i, &ids[i], &results[i]);
+            if (rc != 0) {
+                status[lo + i] = rc;
+                ids[i].len = 0;
+                continue;
+            }
+            todo++;
+        }
+        if (todo == 0) continue;
+        if (many)
+            mt->confirm_many(h, k, ids, tokens, results, now, expires, &status[lo]);
+        else
+            for (size_t i = 0; i < k; i++)
+                if (ids[i].len)
+                    status[lo + i] = mt->confirm(h, &ids[i], tokens[i], &results[i], now, expires);
+        for (size_t i = 0; i < k; i++) {
+            if (!ids[i].len) continue;
+            if (status[lo + i] == 0) {
+                COUNT(h, confirms);
+                confirmed++;
+            } else {
+                (void)count_error(h, status[lo + i]);
+            }
+        }
+    }
+    return confirmed;
+}
+
 int acemq_idem_confirm(acemq_idem *h, const void *id, size_t id_len, uint64_t token)
 {
     return acemq_idem_confirm_result(h, id, id_len, token, NULL, 0);

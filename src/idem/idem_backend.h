@@ -18,8 +18,8 @@
 #include "core/url.h"
 
 /* 1: the first table. 2: try_claim_many appended (optional). 3: prefetch
- * appended (optional). */
-#define ACEMQ__IDEM_METHODS_VERSION 3
+ * appended (optional). 4: confirm_many appended (optional). */
+#define ACEMQ__IDEM_METHODS_VERSION 4
 
 /* A checked, non-empty byte string no longer than its limit. */
 typedef struct acemq__bytes {
@@ -83,6 +83,16 @@ typedef struct acemq__idem_methods {
      * let that work overlap it. It must not block, lock or fail. Its return
      * value comes back to try_claim in a->hint, with a->has_hint set. */
     uint64_t (*prefetch)(acemq_idem *h, const acemq__bytes *id);
+
+    /* Version 4, optional (NULL: the core calls confirm once per id).
+     * Confirms ids[0..n) with tokens[i] and results[i] (len 0: none) in
+     * order, as n confirm calls would; status[i] gets what confirm would
+     * have returned. An element with ids[i].len == 0 was already answered by
+     * the core: leave its status alone. Returns 0; per-id errors go in
+     * status[]. */
+    int (*confirm_many)(acemq_idem *h, size_t n, const acemq__bytes *ids, const uint64_t *tokens,
+                        const acemq__bytes *results, int64_t now_ms, int64_t expires_ms,
+                        int *status);
 } acemq__idem_methods;
 
 /* Counters are striped: each thread adds to its own stripe, picked once per

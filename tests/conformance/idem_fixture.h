@@ -25,4 +25,10 @@ int open_fixture(void **state, int64_t lease, int64_t retention);
 /* Closes what open_fixture made. */
 int teardown(void **state);
 
+/* idem_batch_calls.c: acemq_idem_confirm_many's cases, and the bad calls
+ * of both batch calls. */
+void confirm_many_equals_calls(void **state);
+void confirm_many_large(void **state);
+void batch_bad_calls(void **state);
+
 #endif

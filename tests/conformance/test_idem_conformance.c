@@ -705,25 +705,6 @@ static void batch_equals_calls(void **state)
     teardown(&other_state);
 }
 
-/* The call itself can be wrong; then nothing is claimed. */
-static void batch_bad_calls(void **state)
-{
-    fixture *f = *state;
-    acemq_idem_key keys[1] = {key("z")};
-    acemq_claim out[1];
-    int st[1];
-    assert_int_equal(acemq_idem_try_claim_many(NULL, 1, keys, NULL, out, st), ACEMQ_EINVAL);
-    assert_int_equal(acemq_idem_try_claim_many(f->store, 1, NULL, NULL, out, st), ACEMQ_EINVAL);
-    assert_int_equal(acemq_idem_try_claim_many(f->store, 1, keys, NULL, NULL, st), ACEMQ_EINVAL);
-    assert_int_equal(acemq_idem_try_claim_many(f->store, 1, keys, NULL, out, NULL), ACEMQ_EINVAL);
-    assert_int_equal(acemq_idem_try_claim_many(f->store, 0, NULL, NULL, NULL, NULL), 0);
-    acemq_claim c;
-    assert_int_equal(try_claim(f, "z", &c), ACEMQ_CLAIMED);
-    acemq_idem_stats s = stats(f);
-    assert_int_equal(s.claimed, 1);
-    assert_int_equal(s.errors, 0);
-}
-
 /* Opening: bad URLs and options are refused with a reason. */
 static void open_errors(void **state)
 {
@@ -790,6 +771,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(batch_tokens_fence, setup, teardown),
         cmocka_unit_test_setup_teardown(batch_equals_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(batch_bad_calls, setup, teardown),
+        cmocka_unit_test_setup_teardown(confirm_many_equals_calls, setup, teardown),
+        cmocka_unit_test_setup_teardown(confirm_many_large, setup, teardown),
         cmocka_unit_test(open_errors),
     };
     char name[64];

@@ -68,14 +68,6 @@
 #include "backends/sqlite/idem_store.h"
 #include "backends/sqlite/writer_queue.h"
 
-/* Rows per purge statement: large purges must not hold the write lock for
- * seconds while claimers wait. */
-#define PURGE_BATCH 512
-/* Keys per abandoned-claim purge statement. Abandoned claims have no index
- * (one would cost every claim and confirm a page), so that purge walks the
- * primary key in windows of this many rows, each its own short write. */
-#define PURGE_WINDOW 2048
-
 enum { STATE_RELEASED = 0, STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 
 /* A token's low bits: the claim's issue number (see Tokens above). The ms
@@ -87,11 +79,6 @@ enum { STATE_RELEASED = 0, STATE_CLAIMED = 1, STATE_CONFIRMED = 2 };
 static int64_t add_ms(int64_t t, int64_t d)
 {
     return t > INT64_MAX - d ? INT64_MAX : t + d;
-}
-
-static int64_t sub_ms(int64_t t, int64_t d)
-{
-    return t < INT64_MIN + d ? INT64_MIN : t - d;
 }
 
 /* Keeps SQLite's own words: they are what an operator can search for. */
@@ -164,7 +151,7 @@ void acemq__sqlite_idem_queue_leave(sq *s, int held)
 
 /* ---- statements ----------------------------------------------------------- */
 
-static void finish(sqlite3_stmt *st)
+void acemq__sqlite_idem_finish(sqlite3_stmt *st)
 {
     /* reset's return repeats step's error, already reported. */
     (void)sqlite3_reset(st);
@@ -178,12 +165,12 @@ static int run(acemq_idem *h, sqlite3_stmt *st)
     int rc = sqlite3_step(st);
     int ret = 0;
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) ret = acemq__sqlite_idem_fail(h, s->db, rc);
-    finish(st);
+    acemq__sqlite_idem_finish(st);
     return ret;
 }
 
 /* run() for a statement that writes: through the file's writer queue. */
-static int run_queued(acemq_idem *h, sqlite3_stmt *st)
+int acemq__sqlite_idem_run_queued(acemq_idem *h, sqlite3_stmt *st)
 {
     sq *s = h->self;
     int queued = acemq__sqlite_idem_queue_enter(s);
@@ -193,11 +180,11 @@ static int run_queued(acemq_idem *h, sqlite3_stmt *st)
 }
 
 /* A bind failed: report SQLite's words and leave the statement reusable. */
-static int bind_failed(acemq_idem *h, sqlite3_stmt *st, int rc)
+int acemq__sqlite_idem_bind_failed(acemq_idem *h, sqlite3_stmt *st, int rc)
 {
     sq *s = h->self;
     rc = acemq__sqlite_idem_fail(h, s->db, rc);
-    finish(st);
+    acemq__sqlite_idem_finish(st);
     return rc;
 }
 
@@ -229,14 +216,14 @@ static void tx_rollback(acemq_idem *h, tx_kind kind)
     if (kind == TX_OWN) {
         if (!sqlite3_get_autocommit(s->db)) {
             (void)sqlite3_step(s->st[ST_ROLLBACK]);
-            finish(s->st[ST_ROLLBACK]);
+            acemq__sqlite_idem_finish(s->st[ST_ROLLBACK]);
         }
         return;
     }
     (void)sqlite3_step(s->st[ST_ROLLBACK_TO]);
-    finish(s->st[ST_ROLLBACK_TO]);
+    acemq__sqlite_idem_finish(s->st[ST_ROLLBACK_TO]);
     (void)sqlite3_step(s->st[ST_RELEASE_SP]);
-    finish(s->st[ST_RELEASE_SP]);
+    acemq__sqlite_idem_finish(s->st[ST_RELEASE_SP]);
 }
 
 /* Ends a transaction: commits when rc is 0 (or a non-negative result), rolls
@@ -286,16 +273,16 @@ static int read_and_decide(acemq_idem *h, const acemq__bytes *id, const acemq__c
     sqlite3_stmt *st = s->st[ST_SELECT];
     memset(v, 0, sizeof *v);
     int rc = bind_bytes(st, 1, id);
-    if (rc != SQLITE_OK) return bind_failed(h, st, rc);
+    if (rc != SQLITE_OK) return acemq__sqlite_idem_bind_failed(h, st, rc);
     rc = sqlite3_step(st);
     if (rc == SQLITE_DONE) {
         v->kind = V_ABSENT;
-        finish(st);
+        acemq__sqlite_idem_finish(st);
         return 0;
     }
     if (rc != SQLITE_ROW) {
         rc = acemq__sqlite_idem_fail(h, s->db, rc);
-        finish(st);
+        acemq__sqlite_idem_finish(st);
         return rc;
     }
     int state = sqlite3_column_int(st, 0);
@@ -334,7 +321,7 @@ static int read_and_decide(acemq_idem *h, const acemq__bytes *id, const acemq__c
     } else {
         v->kind = V_CLAIM; /* released: a retry may come with another payload */
     }
-    finish(st);
+    acemq__sqlite_idem_finish(st);
     return 0;
 }
 
@@ -368,7 +355,7 @@ static int insert_new(acemq_idem *h, const acemq__bytes *id, const acemq__claim_
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, token);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 3, a->lease_until_ms);
     if (rc == SQLITE_OK) rc = bind_bytes(st, 4, &a->fingerprint);
-    if (rc != SQLITE_OK) return bind_failed(h, st, rc);
+    if (rc != SQLITE_OK) return acemq__sqlite_idem_bind_failed(h, st, rc);
     rc = run(h, st);
     if (rc != 0) return rc;
     if (sqlite3_changes(s->db) != 1) return 0;
@@ -392,7 +379,7 @@ static int claim_row(acemq_idem *h, const acemq__bytes *id, const acemq__claim_a
     if (rc == SQLITE_OK) rc = bind_bytes(st, 4, &a->fingerprint);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int(st, 5, v->forgotten);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 6, v->old_token);
-    if (rc != SQLITE_OK) return bind_failed(h, st, rc);
+    if (rc != SQLITE_OK) return acemq__sqlite_idem_bind_failed(h, st, rc);
     rc = run(h, st);
     if (rc != 0) return rc;
     /* Impossible under the write lock we hold; refuse rather than hand out a
@@ -486,9 +473,11 @@ static int stale(acemq_idem *h, const char *op, uint64_t token)
 
 /* Runs one fenced UPDATE: binds id, token, ?3 and, for confirm, the result
  * and now; answers 0 when the row matched, ESTALE when not. Caller holds the
- * lock. */
-static int fenced_update(acemq_idem *h, const char *op, int which, const acemq__bytes *id,
-                         uint64_t token, int64_t value, const acemq__bytes *blob4, int64_t now)
+ * lock; queue: through the writer queue, else inside the caller's own
+ * transaction. */
+static int fenced_update_on(acemq_idem *h, int queue, const char *op, int which,
+                            const acemq__bytes *id, uint64_t token, int64_t value,
+                            const acemq__bytes *blob4, int64_t now)
 {
     sq *s = h->self;
     if (token > (uint64_t)INT64_MAX) return stale(h, op, token);
@@ -498,10 +487,17 @@ static int fenced_update(acemq_idem *h, const char *op, int which, const acemq__
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 3, value);
     if (rc == SQLITE_OK && blob4) rc = bind_bytes(st, 4, blob4);
     if (rc == SQLITE_OK && blob4) rc = sqlite3_bind_int64(st, 5, now);
-    if (rc != SQLITE_OK) return bind_failed(h, st, rc);
-    rc = run_queued(h, st);
+    if (rc != SQLITE_OK) return acemq__sqlite_idem_bind_failed(h, st, rc);
+    rc = queue ? acemq__sqlite_idem_run_queued(h, st) : run(h, st);
     if (rc != 0) return rc;
     return sqlite3_changes(s->db) == 1 ? 0 : stale(h, op, token);
+}
+
+/* fenced_update_on through the file's writer queue: a write of its own. */
+static int fenced_update(acemq_idem *h, const char *op, int which, const acemq__bytes *id,
+                         uint64_t token, int64_t value, const acemq__bytes *blob4, int64_t now)
+{
+    return fenced_update_on(h, 1, op, which, id, token, value, blob4, now);
 }
 
 static int sq_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
@@ -520,6 +516,110 @@ static int sq_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
         rc = fenced_update(h, "confirm", ST_CONFIRM, id, token, expires_ms, result, now_ms);
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+/* The answers a batch element may get without breaking the transaction. */
+static int element_answer(int rc)
+{
+    return rc >= 0 || rc == ACEMQ_ESTALE || rc == ACEMQ_EMISMATCH;
+}
+
+/* Ends a batch's transaction: committed when every element was answered,
+ * rolled back otherwise, and then every element gets the failure. */
+static void batch_end(acemq_idem *h, tx_kind kind, int failure, size_t n, const acemq__bytes *ids,
+                      int *status)
+{
+    int rc = acemq__sqlite_idem_tx_end(h, kind, failure);
+    if (rc >= 0) return;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i].len) status[i] = rc;
+}
+
+/* Confirms a batch in one transaction: one commit for all of it. */
+static int sq_confirm_many(acemq_idem *h, size_t n, const acemq__bytes *ids, const uint64_t *tokens,
+                           const acemq__bytes *results, int64_t now_ms, int64_t expires_ms,
+                           int *status)
+{
+    sq *s = h->self;
+    pthread_mutex_lock(&s->lock);
+    int failure = 0;
+    if (!s->owns_db && (h->opts.flags & ACEMQ_IDEM_CONFIRM_IN_CALLER_TX) &&
+        sqlite3_get_autocommit(s->db)) {
+        failure = acemq__idem_fail(h, ACEMQ_ENOTX,
+                                   "confirm: ACEMQ_IDEM_CONFIRM_IN_CALLER_TX is set but the "
+                                   "caller's connection has no open transaction; nothing was "
+                                   "written");
+        for (size_t i = 0; i < n; i++)
+            if (ids[i].len) status[i] = failure;
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
+    int queued = acemq__sqlite_idem_queue_enter(s);
+    tx_kind kind;
+    failure = acemq__sqlite_idem_tx_begin(h, &kind);
+    if (failure != 0) {
+        for (size_t i = 0; i < n; i++)
+            if (ids[i].len) status[i] = failure;
+    } else {
+        for (size_t i = 0; i < n && failure == 0; i++) {
+            if (!ids[i].len) continue;
+            status[i] = fenced_update_on(h, 0, "confirm", ST_CONFIRM, &ids[i], tokens[i],
+                                         expires_ms, &results[i], now_ms);
+            if (!element_answer(status[i])) failure = status[i];
+        }
+        batch_end(h, kind, failure, n, ids, status);
+    }
+    acemq__sqlite_idem_queue_leave(s, queued);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+/* Claims a batch in one transaction, reading and deciding each id under
+ * the write lock as claim_locked does: one commit for all of it. */
+static int sq_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
+                             const acemq__claim_args *a, acemq_claim *out, int *status)
+{
+    sq *s = h->self;
+    pthread_mutex_lock(&s->lock);
+    int queued = acemq__sqlite_idem_queue_enter(s);
+    tx_kind kind;
+    int failure = acemq__sqlite_idem_tx_begin(h, &kind);
+    uint64_t forgotten = 0;
+    if (failure != 0) {
+        for (size_t i = 0; i < n; i++)
+            if (ids[i].len) status[i] = failure;
+    } else {
+        for (size_t i = 0; i < n && failure == 0; i++) {
+            if (!ids[i].len) continue;
+            verdict v;
+            memset(&out[i], 0, sizeof out[i]);
+            int rc = read_and_decide(h, &ids[i], &a[i], &out[i], &v);
+            if (rc == 0) {
+                if (v.kind == V_ABSENT) {
+                    rc = insert_new(h, &ids[i], &a[i], &out[i]);
+                    if (rc == 0)
+                        rc = acemq__idem_fail(h, ACEMQ_EBACKEND,
+                                              "sqlite: row appeared during a claim");
+                    else if (rc == 1)
+                        rc = ACEMQ_CLAIMED;
+                } else if (v.kind == V_CLAIM) {
+                    rc = claim_row(h, &ids[i], &a[i], &v, &out[i]);
+                } else {
+                    rc = answer(h, &v);
+                }
+            }
+            status[i] = rc;
+            if (rc == ACEMQ_CLAIMED && v.forgotten) forgotten++;
+            if (!element_answer(rc)) failure = rc;
+        }
+        batch_end(h, kind, failure, n, ids, status);
+    }
+    acemq__sqlite_idem_queue_leave(s, queued);
+    pthread_mutex_unlock(&s->lock);
+    /* Confirmations forgotten here never reach purge; counted as the memory
+     * store counts them. */
+    if (failure == 0 && forgotten) ACEMQ__IDEM_COUNT(h, expirations, forgotten);
+    return 0;
 }
 
 static int sq_release(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms)
@@ -543,7 +643,7 @@ static int sq_renew(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64
     return rc;
 }
 
-/* ---- is_confirmed, purge -------------------------------------------------- */
+/* ---- is_confirmed (purge: idem_purge.c) ----------------------------------- */
 
 static int sq_is_confirmed(acemq_idem *h, const acemq__bytes *id, int64_t now_ms)
 {
@@ -559,117 +659,8 @@ static int sq_is_confirmed(acemq_idem *h, const acemq__bytes *id, int64_t now_ms
         rc = 0;
     else
         rc = acemq__sqlite_idem_fail(h, s->db, rc);
-    finish(st);
+    acemq__sqlite_idem_finish(st);
     pthread_mutex_unlock(&s->lock);
-    return rc;
-}
-
-/* Confirmed and released rows past retention, through the expires_at index.
- * Each batch is its own transaction (or part of the caller's): purging is
- * idempotent, so a failure halfway leaves nothing inconsistent. */
-static int purge_done(acemq_idem *h, int64_t before, uint64_t *total)
-{
-    sq *s = h->self;
-    sqlite3_stmt *st = s->st[ST_PURGE_DONE];
-    for (;;) {
-        int rc = sqlite3_bind_int64(st, 1, before);
-        if (rc == SQLITE_OK) rc = sqlite3_bind_int(st, 2, PURGE_BATCH);
-        if (rc != SQLITE_OK) return bind_failed(h, st, rc);
-        rc = run_queued(h, st);
-        if (rc != 0) return rc;
-        int n = sqlite3_changes(s->db);
-        *total += (uint64_t)n;
-        if (n < PURGE_BATCH) return 0;
-    }
-}
-
-/* A key kept across statements: the window's bounds outlive the row they were
- * read from. */
-typedef struct keybuf {
-    unsigned char *data;
-    size_t len, cap;
-} keybuf;
-
-static int keep_key(keybuf *k, const void *data, size_t len)
-{
-    if (len > k->cap) {
-        unsigned char *p = realloc(k->data, len);
-        if (!p) return -1;
-        k->data = p;
-        k->cap = len;
-    }
-    if (len > 0) memcpy(k->data, data, len);
-    k->len = len;
-    return 0;
-}
-
-static int bind_key(sqlite3_stmt *st, int i, const keybuf *k)
-{
-    /* The first window starts after the empty blob, below every id: the store
-     * binds every id as a non-empty blob (bind_bytes). */
-    if (k->len == 0) return sqlite3_bind_zeroblob(st, i, 0);
-    return sqlite3_bind_blob64(st, i, k->data, k->len, SQLITE_STATIC);
-}
-
-/* Claims abandoned since before `before`. They have no index, so this walks
- * the primary key: a read finds where the next PURGE_WINDOW keys end, then one
- * short write deletes the abandoned claims among them. The write lock is held
- * for one window's scan at a time, never for the whole table; rows inserted
- * behind the cursor meanwhile are new claims, nothing to purge. */
-static int purge_abandoned(acemq_idem *h, int64_t before, uint64_t *total)
-{
-    sq *s = h->self;
-    sqlite3_stmt *win = s->st[ST_PURGE_WINDOW], *del = s->st[ST_PURGE_ABANDONED];
-    keybuf lo = {NULL, 0, 0}, hi = {NULL, 0, 0};
-    int rc = 0;
-    for (;;) {
-        int src = bind_key(win, 1, &lo);
-        if (src == SQLITE_OK) src = sqlite3_bind_int(win, 2, PURGE_WINDOW);
-        if (src == SQLITE_OK) src = sqlite3_step(win);
-        if (src != SQLITE_ROW && src != SQLITE_DONE) {
-            rc = acemq__sqlite_idem_fail(h, s->db, src);
-            finish(win);
-            break;
-        }
-        if (src == SQLITE_DONE || sqlite3_column_type(win, 0) == SQLITE_NULL) {
-            finish(win); /* no key after lo: the walk is over */
-            break;
-        }
-        int kept = keep_key(&hi, sqlite3_column_blob(win, 0), (size_t)sqlite3_column_bytes(win, 0));
-        finish(win);
-        if (kept != 0) {
-            rc = acemq__idem_fail(h, ACEMQ_ENOMEM, "sqlite: out of memory");
-            break;
-        }
-        src = bind_key(del, 1, &lo);
-        if (src == SQLITE_OK) src = bind_key(del, 2, &hi);
-        if (src == SQLITE_OK) src = sqlite3_bind_int64(del, 3, before);
-        if (src != SQLITE_OK) {
-            rc = acemq__sqlite_idem_fail(h, s->db, src);
-            finish(del);
-            break;
-        }
-        rc = run_queued(h, del);
-        if (rc != 0) break;
-        *total += (uint64_t)sqlite3_changes(s->db);
-        keybuf t = lo;
-        lo = hi;
-        hi = t;
-    }
-    free(lo.data);
-    free(hi.data);
-    return rc;
-}
-
-static int sq_purge(acemq_idem *h, int64_t now_ms, uint64_t *purged)
-{
-    sq *s = h->self;
-    uint64_t n = 0;
-    pthread_mutex_lock(&s->lock);
-    int rc = purge_done(h, now_ms, &n);
-    if (rc == 0) rc = purge_abandoned(h, sub_ms(now_ms, h->opts.retention_ms), &n);
-    pthread_mutex_unlock(&s->lock);
-    *purged = n;
     return rc;
 }
 
@@ -682,8 +673,10 @@ const acemq__idem_methods acemq__sqlite_idem_methods = {
     .release = sq_release,
     .renew = sq_renew,
     .is_confirmed = sq_is_confirmed,
-    .purge = sq_purge,
+    .purge = acemq__sqlite_idem_purge,
     .counts = acemq__sqlite_idem_counts,
     .inspect = acemq__sqlite_idem_inspect,
     .forget = acemq__sqlite_idem_forget,
+    .try_claim_many = sq_try_claim_many,
+    .confirm_many = sq_confirm_many,
 };

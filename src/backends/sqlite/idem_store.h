@@ -67,8 +67,18 @@ void acemq__sqlite_idem_queue_leave(sq *s, int held);
  * the commit's error. */
 int acemq__sqlite_idem_tx_begin(acemq_idem *h, tx_kind *kind);
 int acemq__sqlite_idem_tx_end(acemq_idem *h, tx_kind kind, int rc);
+/* Resets a statement and clears its bindings. */
+void acemq__sqlite_idem_finish(sqlite3_stmt *st);
+/* A bind failed: SQLite's words on h, the statement reusable; the code. */
+int acemq__sqlite_idem_bind_failed(acemq_idem *h, sqlite3_stmt *st, int rc);
+/* Steps a writing statement that returns no row through the file's writer
+ * queue, then resets it. */
+int acemq__sqlite_idem_run_queued(acemq_idem *h, sqlite3_stmt *st);
 /* The store's slots; close is idem_open.c's. */
 extern const acemq__idem_methods acemq__sqlite_idem_methods;
+
+/* idem_purge.c: the purge slot. */
+int acemq__sqlite_idem_purge(acemq_idem *h, int64_t now_ms, uint64_t *purged);
 
 /* idem_admin.c: the operator's calls (idem_backend.h, counts, inspect, forget). */
 int acemq__sqlite_idem_counts(acemq_idem *h, int64_t now_ms, acemq_idem_counts *out);
