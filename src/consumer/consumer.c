@@ -50,8 +50,10 @@ void acemq_consumer_close(acemq_consumer *c)
 {
     if (!c) return;
     acemq__keeper_stop(&c->keeper);
-    for (size_t i = 0; i < c->n_held; i++)
+    for (size_t i = 0; i < c->n_held; i++) {
         acemq_delivery_free(c->held[i].d); /* the broker has them back when in closes */
+        free(c->held[i].why);
+    }
     free(c->held);
     acemq_broker_close(c->in);
     acemq_broker_close(c->out);

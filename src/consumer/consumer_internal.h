@@ -23,6 +23,7 @@ typedef struct acemq__held {
     int64_t due_ms; /* monotonic */
     int retry;      /* 1: publish back with failures counted; 0: requeue */
     int failures;   /* retry: the count the copy carries */
+    char *why;      /* retry: the copy's x-acemq-error (owned), or NULL for none */
 } acemq__held;
 
 /* The lease keeper (keeper.c): while a handler runs, a thread of its own
@@ -70,18 +71,21 @@ int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery *d);
 /* The failures counted in d's x-acemq-failures header; 0 without it. */
 int acemq__consumer_failures_of(const acemq_delivery *d);
 
-/* run.c: keeps d in hand until now + delay_ms. ACEMQ_ENOMEM leaves d with
- * the caller. */
+/* run.c: keeps d in hand until now + delay_ms (why, for a retry: copied,
+ * may be NULL). ACEMQ_ENOMEM leaves d with the caller. */
 int acemq__consumer_hold(acemq_consumer *c, acemq_delivery *d, int delay_ms, int retry,
-                         int failures);
+                         int failures, const char *why);
 int64_t acemq__consumer_now_ms(void);
 
-/* settle.c: publishes a copy of d back to the queue with failures counted,
- * then acknowledges d; or, when the copy is not confirmed, requeues d. */
-int acemq__consumer_retry(acemq_consumer *c, acemq_delivery *d, int failures);
+/* settle.c: publishes a copy of d back to the queue with failures counted
+ * (and why as x-acemq-error unless NULL), then acknowledges d; or, when
+ * the copy is not confirmed, requeues d. */
+int acemq__consumer_retry(acemq_consumer *c, acemq_delivery *d, int failures, const char *why);
 /* Sends d to the dead-letter exchange with why and failures, then
  * acknowledges it; or, without one, rejects it without requeue. A copy the
- * broker does not confirm leaves d requeued, to be dead-lettered again. */
+ * broker does not confirm leaves d held, then published back to the queue
+ * with failures and why, to be dead-lettered again without another run of
+ * the handler (deliver.c). */
 int acemq__consumer_dead_letter(acemq_consumer *c, acemq_delivery *d, const char *why,
                                 int failures);
 /* Acknowledges d and frees it; a stale delivery is only freed. */

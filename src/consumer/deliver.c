@@ -35,6 +35,17 @@ int acemq__consumer_failures_of(const acemq_delivery *d)
     return n < 0 ? 0 : n > 1000000 ? 1000000 : (int)n;
 }
 
+/* d's x-acemq-error header (malloc'd), or NULL without one. */
+static char *error_of(const acemq_delivery *d)
+{
+    if (!d->headers_json || !strstr(d->headers_json, "x-acemq-error")) return NULL;
+    json_t *h = json_loads(d->headers_json, 0, NULL);
+    const char *v = json_string_value(json_object_get(h, "x-acemq-error"));
+    char *why = v ? strdup(v) : NULL;
+    json_decref(h);
+    return why;
+}
+
 static double elapsed_ms(const struct timespec *t0)
 {
     struct timespec t1;
@@ -56,7 +67,7 @@ static int backoff_ms(const acemq_consumer *c, int failures)
  * cannot grow, gives it back now. */
 static int hold_or_requeue(acemq_consumer *c, acemq_delivery *d)
 {
-    if (acemq__consumer_hold(c, d, c->opts.in_progress_delay_ms, 0, 0) == 0) return 0;
+    if (acemq__consumer_hold(c, d, c->opts.in_progress_delay_ms, 0, 0, NULL) == 0) return 0;
     return acemq__consumer_requeue(c, d);
 }
 
@@ -138,8 +149,28 @@ static int run_handler(acemq_consumer *c, acemq_delivery *d, acemq_consumer_msg 
     int failures = m->failures + 1;
     acemq__consumer_log(c, "failed", "key", m->key, "reason", why);
     if (failures >= c->opts.max_attempts) return acemq__consumer_dead_letter(c, d, why, failures);
-    if (acemq__consumer_hold(c, d, backoff_ms(c, failures), 1, failures) == 0) return 0;
-    return acemq__consumer_retry(c, d, failures);
+    if (acemq__consumer_hold(c, d, backoff_ms(c, failures), 1, failures, NULL) == 0) return 0;
+    return acemq__consumer_retry(c, d, failures, NULL);
+}
+
+/* A copy the consumer published back for another attempt travels on the
+ * default exchange under the queue's name; its x-acemq-exchange and
+ * x-acemq-routing-key headers (settle.c) say where the message was first
+ * published. view is d as published: what the key and the handler see, so
+ * that every attempt of a message has the same key (a key with
+ * ${routing_key} would otherwise change at the first retry, and a later
+ * duplicate of the message find its key free). Returns the parsed headers
+ * view points into (json_decref them after), or NULL when d is no copy. */
+static json_t *as_published(const acemq_delivery *d, acemq_delivery *view)
+{
+    *view = *d;
+    if (!d->headers_json || !strstr(d->headers_json, "x-acemq-routing-key")) return NULL;
+    json_t *h = json_loads(d->headers_json, 0, NULL);
+    const char *rk = json_string_value(json_object_get(h, "x-acemq-routing-key"));
+    const char *ex = json_string_value(json_object_get(h, "x-acemq-exchange"));
+    if (rk) view->routing_key = rk;
+    if (ex) view->exchange = ex;
+    return h;
 }
 
 int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery *d)
@@ -147,20 +178,39 @@ int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery *d)
     char *key = NULL;
     size_t len = 0;
     const char *why = NULL;
-    int rc = acemq__consumer_key(c->key_expr, d, &key, &len, &why);
-    if (rc == ACEMQ_ENOMEM) return hold_or_requeue(c, d);
+    /* A message that failed max_attempts times is done with the handler:
+     * it is here again only because its dead letter was refused (settle.c)
+     * and it waited in the queue to try the exchange again. */
+    int failures = acemq__consumer_failures_of(d);
+    if (failures >= c->opts.max_attempts) {
+        char *last = error_of(d);
+        char reason[100];
+        snprintf(reason, sizeof reason, "failed %d times", failures);
+        int rc = acemq__consumer_dead_letter(c, d, last ? last : reason, failures);
+        free(last);
+        return rc;
+    }
+    acemq_delivery view;
+    json_t *origin = as_published(d, &view);
+    int rc = acemq__consumer_key(c->key_expr, &view, &key, &len, &why);
+    if (rc == ACEMQ_ENOMEM) {
+        json_decref(origin);
+        return hold_or_requeue(c, d);
+    }
     if (rc != 0) {
         char reason[300];
         snprintf(reason, sizeof reason, "no key (%s): %s", c->key_expr, why);
+        json_decref(origin);
         acemq__consumer_log(c, "no_key", "reason", reason, NULL, NULL);
-        return acemq__consumer_dead_letter(c, d, reason, acemq__consumer_failures_of(d));
+        return acemq__consumer_dead_letter(c, d, reason, failures);
     }
-    acemq_consumer_msg m = {d, key, len, 0, acemq__consumer_failures_of(d)};
+    acemq_consumer_msg m = {&view, key, len, 0, failures};
     int checked;
     if (audit_says_confirmed(c, key, len, &checked)) {
         acemq__consumer_count(c, &c->stats.duplicates);
         if (c->opts.on_duplicate) c->opts.on_duplicate(c->opts.ctx, &m, NULL, 0);
         free(key);
+        json_decref(origin);
         return acemq__consumer_ack(c, d);
     }
     acemq_claim claim;
@@ -196,6 +246,7 @@ int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery *d)
         break;
     }
     free(key);
+    json_decref(origin);
     return rc;
 }
 

@@ -24,24 +24,32 @@ int64_t acemq__consumer_now_ms(void)
 }
 
 int acemq__consumer_hold(acemq_consumer *c, acemq_delivery *d, int delay_ms, int retry,
-                         int failures)
+                         int failures, const char *why)
 {
+    char *w = NULL;
+    if (why && !(w = strdup(why))) return ACEMQ_ENOMEM;
     if (c->n_held == c->cap_held) {
         size_t cap = c->cap_held ? c->cap_held * 2 : 16;
         acemq__held *h = realloc(c->held, cap * sizeof *h);
-        if (!h) return ACEMQ_ENOMEM;
+        if (!h) {
+            free(w);
+            return ACEMQ_ENOMEM;
+        }
         c->held = h;
         c->cap_held = cap;
     }
-    c->held[c->n_held++] = (acemq__held){d, acemq__consumer_now_ms() + delay_ms, retry, failures};
+    c->held[c->n_held++] =
+        (acemq__held){d, acemq__consumer_now_ms() + delay_ms, retry, failures, w};
     return 0;
 }
 
 /* Drops every held delivery: after a lost connection they are void. */
 static void drop_held(acemq_consumer *c)
 {
-    for (size_t i = 0; i < c->n_held; i++)
+    for (size_t i = 0; i < c->n_held; i++) {
         acemq_delivery_free(c->held[i].d);
+        free(c->held[i].why);
+    }
     c->n_held = 0;
 }
 
@@ -58,7 +66,9 @@ static int release_due(acemq_consumer *c, int all)
             c->held[keep++] = h;
             continue;
         }
-        rc = h.retry ? acemq__consumer_retry(c, h.d, h.failures) : acemq__consumer_requeue(c, h.d);
+        rc = h.retry ? acemq__consumer_retry(c, h.d, h.failures, h.why)
+                     : acemq__consumer_requeue(c, h.d);
+        free(h.why);
     }
     c->n_held = keep;
     return rc;

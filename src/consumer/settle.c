@@ -114,16 +114,38 @@ static int publish_copy(acemq_consumer *c, const acemq_delivery *d, const char *
 /* d could not move on as a copy: it waits, then goes back to the queue. */
 static int copy_failed(acemq_consumer *c, acemq_delivery *d)
 {
-    if (acemq__consumer_hold(c, d, c->opts.retry_delay_max_ms, 0, 0) == 0) return 0;
+    if (acemq__consumer_hold(c, d, c->opts.retry_delay_max_ms, 0, 0, NULL) == 0) return 0;
     return acemq__consumer_requeue(c, d);
 }
 
-int acemq__consumer_retry(acemq_consumer *c, acemq_delivery *d, int failures)
+/* Where d was first published, kept on its copies: the first copy records
+ * d's own exchange and routing key, later ones keep the record they
+ * carry (deliver.c reads it back). 0 or -1. */
+static int keep_origin(json_t *headers, const acemq_delivery *d)
+{
+    if (json_object_get(headers, "x-acemq-routing-key")) return 0;
+    return set_text(headers, "x-acemq-exchange", d->exchange ? d->exchange : "") == 0 &&
+                   set_text(headers, "x-acemq-routing-key",
+                            d->routing_key ? d->routing_key : "") == 0
+               ? 0
+               : -1;
+}
+
+/* The routing key d was first published under (its copies carry it). */
+static const char *origin_key(json_t *headers, const acemq_delivery *d)
+{
+    const char *rk = json_string_value(json_object_get(headers, "x-acemq-routing-key"));
+    return rk ? rk : d->routing_key ? d->routing_key : "";
+}
+
+int acemq__consumer_retry(acemq_consumer *c, acemq_delivery *d, int failures, const char *why)
 {
     json_t *headers = copy_headers(d);
     char n[16];
     snprintf(n, sizeof n, "%d", failures);
-    int rc = headers && set_text(headers, "x-acemq-failures", n) == 0
+    int rc = headers && set_text(headers, "x-acemq-failures", n) == 0 &&
+                     keep_origin(headers, d) == 0 &&
+                     (!why || set_text(headers, "x-acemq-error", why) == 0)
                  ? publish_copy(c, d, "", c->queue, headers)
                  : ACEMQ_ENOMEM;
     json_decref(headers);
@@ -144,10 +166,18 @@ int acemq__consumer_dead_letter(acemq_consumer *c, acemq_delivery *d, const char
     int rc = headers && set_text(headers, "x-acemq-failures", n) == 0 &&
                      set_text(headers, "x-acemq-error", why) == 0 &&
                      set_text(headers, "x-acemq-queue", c->queue) == 0
-                 ? publish_copy(c, d, c->dlx, d->routing_key ? d->routing_key : "", headers)
+                 ? publish_copy(c, d, c->dlx, origin_key(headers, d), headers)
                  : ACEMQ_ENOMEM;
     json_decref(headers);
-    if (rc != 0) return copy_failed(c, d);
+    if (rc != 0) {
+        /* Refused: the message waits, then goes back to the queue with its
+         * failures and reason, and its next delivery tries the exchange
+         * again without running the handler (deliver.c): max_attempts
+         * bounds the handler's runs however long the exchange refuses. */
+        if (acemq__consumer_hold(c, d, c->opts.retry_delay_max_ms, 1, failures, why) == 0)
+            return 0;
+        return acemq__consumer_requeue(c, d);
+    }
     acemq__consumer_count(c, &c->stats.dead_lettered);
     acemq__consumer_log(c, "dead_lettered", "exchange", c->dlx, "reason", why);
     return acemq__consumer_ack(c, d);
