@@ -102,6 +102,7 @@ int acemq_consumer_open(acemq_consumer **out, const char *broker_url, const char
     c->opts.key = c->key_expr;
     c->opts.dead_letter_exchange = c->dlx;
     c->store = store;
+    c->current_slot = -1;
     c->result = malloc(ACEMQ_IDEM_RESULT_MAX);
     if (!c->result) failed = 1;
     if (failed) {

@@ -26,21 +26,29 @@ typedef struct acemq__held {
     char *why;      /* retry: the copy's x-acemq-error (owned), or NULL for none */
 } acemq__held;
 
-/* The lease keeper (keeper.c): while a handler runs, a thread of its own
- * renews the claim about every third of the lease, so a handler that runs
- * longer than the lease is not taken over while it lives. */
+/* One claim the keeper renews. */
+typedef struct acemq__keeper_slot {
+    char *key;
+    size_t key_len, key_cap;
+    uint64_t token;
+    int64_t renewed_ms; /* monotonic: when the claim was taken or last renewed */
+    int active;         /* renewed */
+    int held;           /* the caller's until it drops it (a lost claim is no longer active) */
+    int lost;           /* the store refused a renewal as stale */
+} acemq__keeper_slot;
+
+/* The lease keeper (keeper.c): from its claim until its confirm or release,
+ * a thread of its own renews each claim about every third of the lease, so
+ * a batch whose handlers run longer than the lease is not taken over while
+ * the consumer lives. */
 typedef struct acemq__keeper {
     pthread_t thread;
     int started;
     pthread_mutex_t lock;
     pthread_cond_t wake; /* CLOCK_MONOTONIC; signalled only to quit */
     int quit;
-    int active; /* a claim to renew: key, token */
-    char *key;
-    size_t key_len, key_cap;
-    uint64_t token;
-    int64_t renewed_ms; /* monotonic: when the claim was taken or last renewed */
-    int lost;           /* the store refused a renewal as stale */
+    acemq__keeper_slot *slot;
+    size_t n;
 } acemq__keeper;
 
 struct acemq_consumer {
@@ -55,8 +63,9 @@ struct acemq_consumer {
     acemq__keeper keeper;
     atomic_int stop_requested;
     /* The message in the handler's hands: its confirm and its reason. */
-    int confirmed; /* acemq_consumer_confirm succeeded */
-    int stale;     /* acemq_consumer_confirm answered ACEMQ_ESTALE */
+    int confirmed;    /* acemq_consumer_confirm succeeded */
+    int stale;        /* acemq_consumer_confirm answered ACEMQ_ESTALE */
+    int current_slot; /* the keeper's slot of the message in the handler's hands */
     char reason[ACEMQ__CONSUMER_REASON_MAX + 1];
     unsigned char *result; /* ACEMQ_IDEM_RESULT_MAX bytes: a duplicate's stored result */
     pthread_mutex_t stats_lock;
@@ -64,12 +73,23 @@ struct acemq_consumer {
     char errmsg[512];
 };
 
-/* deliver.c: settles d one way or another; it is then owned by the held
- * list or freed. An error only for a broken broker connection (the caller
- * drops what it holds); everything else is handled. */
-int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery *d);
-/* The failures counted in d's x-acemq-failures header; 0 without it. */
+/* The most deliveries settled together: one claim call and one confirm
+ * call for all of them (the store's batch calls take 64 at a time). */
+#define ACEMQ__BATCH_MAX 64
+
+/* deliver.c: settles ds[0..n) (n <= ACEMQ__BATCH_MAX) one way or another;
+ * each is then owned by the held list or freed. An error only for a broken
+ * broker connection (the caller drops what it holds); everything else is
+ * handled. */
+int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery **ds, size_t n);
+
+/* message.c: the failures counted in d's x-acemq-failures header (0
+ * without it); its x-acemq-error (malloc'd), or NULL; and view, d as first
+ * published, returning the parsed headers view points into (json_decref
+ * them after), or NULL when d is no copy. */
 int acemq__consumer_failures_of(const acemq_delivery *d);
+char *acemq__consumer_error_of(const acemq_delivery *d);
+void *acemq__consumer_as_published(const acemq_delivery *d, acemq_delivery *view);
 
 /* run.c: keeps d in hand until now + delay_ms (why, for a retry: copied,
  * may be NULL). ACEMQ_ENOMEM leaves d with the caller. */
@@ -104,10 +124,12 @@ int acemq__consumer_key_check(const char *expr, const char **why);
 /* keeper.c */
 int acemq__keeper_start(acemq_consumer *c);
 void acemq__keeper_stop(acemq__keeper *k);
-/* Renews key's claim from now until acemq__keeper_end; ACEMQ_ENOMEM. */
-int acemq__keeper_begin(acemq__keeper *k, const char *key, size_t key_len, uint64_t token);
-/* Stops renewing; 1 when a renewal was refused as stale meanwhile. */
-int acemq__keeper_end(acemq__keeper *k);
+/* Renews key's claim from now until it is dropped: its slot, or -1 on
+ * ENOMEM (the claim then runs on its first lease alone). */
+int acemq__keeper_add(acemq__keeper *k, const char *key, size_t key_len, uint64_t token);
+/* Stops renewing slot (-1: nothing); 1 when a renewal was refused as stale
+ * meanwhile. */
+int acemq__keeper_drop(acemq__keeper *k, int slot);
 
 /* consumer.c */
 void acemq__consumer_count(acemq_consumer *c, uint64_t *counter);

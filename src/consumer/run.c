@@ -1,5 +1,6 @@
-/* run.c — the consumer's loop: take the next delivery, settle it
- * (deliver.c), and give back the held deliveries whose wait is over.
+/* run.c — the consumer's loop: take the deliveries in hand, settle them as
+ * one batch (deliver.c), and give back the held deliveries whose wait is
+ * over.
  *
  * Held deliveries stay unacknowledged in the consumer's hands, each taking
  * one of the prefetch's places, until their due time: an IN_PROGRESS one
@@ -38,8 +39,12 @@ int acemq__consumer_hold(acemq_consumer *c, acemq_delivery *d, int delay_ms, int
         c->held = h;
         c->cap_held = cap;
     }
-    c->held[c->n_held++] =
-        (acemq__held){d, acemq__consumer_now_ms() + delay_ms, retry, failures, w};
+    acemq__held *h = &c->held[c->n_held++];
+    h->d = d;
+    h->due_ms = acemq__consumer_now_ms() + delay_ms;
+    h->retry = retry;
+    h->failures = failures;
+    h->why = w; /* owned by the list now */
     return 0;
 }
 
@@ -115,8 +120,15 @@ int acemq_consumer_run(acemq_consumer *c, volatile sig_atomic_t *stop)
             drop_held(c);
             continue;
         }
-        acemq__consumer_count(c, &c->stats.delivered);
-        if (acemq__consumer_deliver(c, d) != 0) drop_held(c);
+        /* With it, whatever else has arrived: one batch for the store. */
+        acemq_delivery *batch[ACEMQ__BATCH_MAX] = {d};
+        size_t n = 1;
+        while (n < ACEMQ__BATCH_MAX && (rc = acemq_broker_next(c->in, 0, &d)) == 0)
+            batch[n++] = d;
+        for (size_t i = 0; i < n; i++)
+            acemq__consumer_count(c, &c->stats.delivered);
+        int lost = rc != 0 && rc != ACEMQ_ENOENT;
+        if (acemq__consumer_deliver(c, batch, n) != 0 || lost) drop_held(c);
     }
     /* What is held goes back now rather than when its wait ends. */
     if (release_due(c, 1) != 0) drop_held(c);

@@ -125,8 +125,8 @@ static int keep_origin(json_t *headers, const acemq_delivery *d)
 {
     if (json_object_get(headers, "x-acemq-routing-key")) return 0;
     return set_text(headers, "x-acemq-exchange", d->exchange ? d->exchange : "") == 0 &&
-                   set_text(headers, "x-acemq-routing-key",
-                            d->routing_key ? d->routing_key : "") == 0
+                   set_text(headers, "x-acemq-routing-key", d->routing_key ? d->routing_key : "") ==
+                       0
                ? 0
                : -1;
 }
@@ -174,8 +174,7 @@ int acemq__consumer_dead_letter(acemq_consumer *c, acemq_delivery *d, const char
          * failures and reason, and its next delivery tries the exchange
          * again without running the handler (deliver.c): max_attempts
          * bounds the handler's runs however long the exchange refuses. */
-        if (acemq__consumer_hold(c, d, c->opts.retry_delay_max_ms, 1, failures, why) == 0)
-            return 0;
+        if (acemq__consumer_hold(c, d, c->opts.retry_delay_max_ms, 1, failures, why) == 0) return 0;
         return acemq__consumer_requeue(c, d);
     }
     acemq__consumer_count(c, &c->stats.dead_lettered);
