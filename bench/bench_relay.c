@@ -162,16 +162,22 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
     char suffix[64]; /* the four suffixes together: 52 */
     snprintf(suffix, sizeof suffix, "%s%s%s", cfg->delete_published ? "/delete-published" : "",
              cfg->broker_cpu >= 0 ? "/broker-own-cpu" : "", cfg->control ? "/control" : "");
-    char throughput_name[96], keyed_name[96], latency_name[96], unconsumed_name[112];
+    char throughput_name[96], keyed_name[96], latency_name[96], unconsumed_name[112],
+        pipeline_name[96];
     snprintf(throughput_name, sizeof throughput_name, "throughput/%s%s", pg ? "postgres" : "sqlite",
              suffix);
     snprintf(keyed_name, sizeof keyed_name, "keyed/%s%s", pg ? "postgres" : "sqlite", suffix);
     snprintf(latency_name, sizeof latency_name, "%s%s",
              pg ? "latency/postgres-notify" : "latency/sqlite-poll", suffix);
     snprintf(unconsumed_name, sizeof unconsumed_name, "%s/unconsumed", latency_name);
+    /* The pipeline ends in the consumer's SQLite store: with the outbox on
+     * SQLite too, it is the embedded default end to end. */
+    snprintf(pipeline_name, sizeof pipeline_name, "pipeline/sqlite%s", suffix);
+    int pipeline =
+        !pg && !cfg->control && !cfg->consumer && bench_wanted(cfg->filter, pipeline_name);
     if (!bench_wanted(cfg->filter, throughput_name) && !bench_wanted(cfg->filter, latency_name) &&
         !bench_wanted(cfg->filter, unconsumed_name) &&
-        (cfg->control || !bench_wanted(cfg->filter, keyed_name)))
+        (cfg->control || !bench_wanted(cfg->filter, keyed_name)) && !pipeline)
         return;
     char url[1200], path[512];
     sqlite3 *db = NULL;
@@ -196,6 +202,7 @@ static void bench_backend(const config *cfg, FILE *out, int pg)
         throughput_case(cfg, out, throughput_name, pg, url, db, conn);
     if (!cfg->control && bench_wanted(cfg->filter, keyed_name))
         keyed_case(cfg, out, keyed_name, pg, url, db, conn);
+    if (pipeline) pipeline_case(cfg, out, pipeline_name, url, db);
     /* The latency at a steady 1,000 records a second is judged with the
      * queue consumed, as a queue is at a steady rate, and then measured
      * again with nobody consuming, for reading: into a classic queue that

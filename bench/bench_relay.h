@@ -32,6 +32,10 @@ typedef struct config {
 
 /* ---- bench_relay_mq.c: rabbitmq-c */
 
+/* A connection to url with channel 1 open, and its end; die on failure. */
+amqp_connection_state_t mq_connect(const char *url);
+void mq_close(amqp_connection_state_t c);
+
 /* The queue every case publishes to, made anew (deleted and declared) so that
  * no case inherits another's messages or index: durable, of the kind
  * --queue names. Both the relay and its peers publish to it. */
@@ -92,6 +96,16 @@ double run_relay(const config *cfg, const char *outbox_url, long n, int poll_ms)
  * and the broker-alone peer alike (see bench_backend). */
 void latency_case(const config *cfg, FILE *out, const char *name, int pg, const char *outbox_url,
                   sqlite3 *db, PGconn *conn, int consumed);
+
+/* ---- bench_relay_pipeline.c: outbox to consumer */
+
+/* The whole pipeline, exactly once: a backlog of the outbox's records
+ * through the relay, RabbitMQ and acemq's idempotent consumer on a SQLite
+ * store, beside a raw rabbitmq-c publisher feeding a raw consumer that
+ * acknowledges each message, at least once; messages per second from the
+ * start until the consumer has the last one, turn about. */
+void pipeline_case(const config *cfg, FILE *out, const char *name, const char *outbox_url,
+                   sqlite3 *db);
 
 /* ---- bench_relay_pin.c: --broker-cpu */
 

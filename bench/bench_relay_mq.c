@@ -13,7 +13,7 @@
 #include "bench_consumer.h"
 #include "bench_relay.h"
 
-static amqp_connection_state_t mq_connect(const char *url)
+amqp_connection_state_t mq_connect(const char *url)
 {
     static char buf[512];
     snprintf(buf, sizeof buf, "%s", url);
@@ -33,7 +33,7 @@ static amqp_connection_state_t mq_connect(const char *url)
     return c;
 }
 
-static void mq_close(amqp_connection_state_t c)
+void mq_close(amqp_connection_state_t c)
 {
     amqp_channel_close(c, 1, AMQP_REPLY_SUCCESS);
     amqp_connection_close(c, AMQP_REPLY_SUCCESS);
