@@ -137,6 +137,14 @@ int acemq__child_start(acemq__child *ch, char *const *argv, char *const *env, in
         close(in[1]);
         return -1;
     }
+    /* acemq ignores SIGPIPE for itself, and an ignored signal stays ignored
+     * across exec: the command gets the default back, so that a `... | head`
+     * in it ends as it would in a shell. Made here: the child may only make
+     * async-signal-safe calls. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
     pid_t pid = fork();
     if (pid < 0) {
         close(in[0]);
@@ -150,6 +158,7 @@ int acemq__child_start(acemq__child *ch, char *const *argv, char *const *env, in
     if (pid == 0) {
         /* Only async-signal-safe calls from here to exec. */
         (void)setpgid(0, 0);
+        (void)sigaction(SIGPIPE, &dfl, NULL);
         if (dup2(in[0], STDIN_FILENO) < 0) _exit(127);
         if (want_output && dup2(out[1], STDOUT_FILENO) < 0) _exit(127);
         execvpe(argv[0], argv, env ? env : environ);

@@ -109,7 +109,7 @@ static int usage_error(void)
 {
     usage_line(stderr);
     fputs("Try 'acemq consume --help'.\n", stderr);
-    return -1;
+    return ACEMQ_CLI_USAGE;
 }
 
 /* Opens the consumer, waiting for a broker that cannot be reached yet (100

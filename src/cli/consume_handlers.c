@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -166,21 +167,53 @@ void acemq__consume_pipe_free(acemq__pipe_child *p)
     p->cap = 0;
 }
 
+/* Whether the child has exited; it is reaped then. */
+static int child_exited(acemq__pipe_child *p)
+{
+    int status;
+    if (waitpid(p->child.pid, &status, WNOHANG) != p->child.pid) return 0;
+    p->child.pid = -1; /* reaped: there is nothing left to kill */
+    return 1;
+}
+
+/* Whether none of the len bytes written last to the child were read: on
+ * Linux FIONREAD on a pipe's write end counts what nobody has read. */
+static int request_untouched(const acemq__pipe_child *p, size_t len)
+{
+    int unread = -1;
+    return ioctl(p->child.to, FIONREAD, &unread) == 0 && unread >= 0 && (size_t)unread == len;
+}
+
 int acemq__consume_pipe(void *ctx, acemq_consumer *c, const acemq_consumer_msg *m)
 {
     acemq__pipe_child *p = ctx;
-    if (!p->running) {
-        if (acemq__child_start(&p->child, p->cmd.argv, NULL, 1) != 0)
-            return failed(c, "cannot start the --pipe command: %s", strerror(errno));
-        p->running = 1;
-        p->len = 0;
-    }
+    /* A child that exited after its last answer (one that ends itself
+     * every N messages, say) is started again: this message is no failure
+     * of its. */
+    if (p->running && child_exited(p)) acemq__consume_pipe_end(p);
     char *line = request_line(m);
     if (!line) return failed(c, "%s", "out of memory for the request");
+    size_t len = strlen(line);
     int64_t deadline = acemq__child_now_ms() + p->cmd.timeout_ms;
-    int rc = acemq__child_write(&p->child, line, strlen(line), deadline);
+    int rc = -1;
+    for (int tries = 0; tries < 2; tries++) {
+        if (!p->running) {
+            if (acemq__child_start(&p->child, p->cmd.argv, NULL, 1) != 0) {
+                int e = errno;
+                free(line);
+                return failed(c, "cannot start the --pipe command: %s", strerror(e));
+            }
+            p->running = 1;
+            p->len = 0;
+        }
+        rc = acemq__child_write(&p->child, line, len, deadline);
+        if (rc == 0) rc = read_line(p, deadline);
+        /* Gone before it read any of the request (it exited just after its
+         * last answer): it never had the message; once more, to a new one. */
+        if (rc != -1 || !request_untouched(p, len)) break;
+        acemq__consume_pipe_end(p);
+    }
     free(line);
-    if (rc == 0) rc = read_line(p, deadline);
     if (rc != 0) {
         acemq__consume_pipe_end(p);
         return failed(c, "%s",
