@@ -52,13 +52,33 @@ typedef struct acemq_consumer_msg {
  * says why). Runs on the thread that called acemq_consumer_run. */
 typedef int (*acemq_consumer_handler)(void *ctx, acemq_consumer *c, const acemq_consumer_msg *m);
 
+/* What a batch handler says about one message: failed 0 is success, 1 a
+ * failure (counted, retried, dead-lettered past max_attempts), 2 not
+ * handled at all (a worker that died before it got to the message: the
+ * claim is released and the message given back to the queue, no failure
+ * counted). why (may be NULL) says why, and stays valid until the batch
+ * handler is called again. */
+typedef struct acemq_consumer_outcome {
+    int failed;
+    const char *why;
+} acemq_consumer_outcome;
+
+/* The work for the claimed messages of a batch at once, in delivery order:
+ * out[i] for m[i]. For handlers that keep several messages in flight (a
+ * child process fed through a pipe, a remote service); instead of
+ * `handler`, and without acemq_consumer_confirm (the consumer confirms). */
+typedef void (*acemq_consumer_batch_handler)(void *ctx, acemq_consumer *c,
+                                             const acemq_consumer_msg *m, size_t n,
+                                             acemq_consumer_outcome *out);
+
 /* Told about each duplicate, with the result stored at its confirm
  * (result NULL and result_len 0 when none was stored). m->token is 0. */
 typedef void (*acemq_consumer_duplicate_fn)(void *ctx, const acemq_consumer_msg *m,
                                             const void *result, size_t result_len);
 
 typedef struct acemq_consumer_options {
-    acemq_consumer_handler handler; /* required */
+    acemq_consumer_handler handler;             /* this, or batch_handler */
+    acemq_consumer_batch_handler batch_handler; /* this, or handler */
     void *ctx;
     acemq_consumer_duplicate_fn on_duplicate; /* NULL: none */
     int prefetch;                             /* unacknowledged deliveries at most; default 32 */

@@ -218,7 +218,10 @@ int acemq__cli_consume(int argc, char **argv)
     acemq__consume_command command = {a.command, o.lease_ms};
     acemq__pipe_child pipe_child = {0};
     pipe_child.cmd = command;
-    o.handler = a.pipe ? acemq__consume_pipe : acemq__consume_exec;
+    if (a.pipe)
+        o.batch_handler = acemq__consume_pipe_batch;
+    else
+        o.handler = acemq__consume_exec;
     o.ctx = a.pipe ? (void *)&pipe_child : (void *)&command;
     o.log = stderr;
 

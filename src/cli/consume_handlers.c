@@ -87,6 +87,22 @@ static char *base64(const unsigned char *p, size_t n)
     return out;
 }
 
+/* buf grown to at least need bytes (doubling); NULL on ENOMEM, buf then
+ * freed. */
+static char *grow(char *buf, size_t *cap, size_t need)
+{
+    size_t c = *cap ? *cap : 4096;
+    while (c < need)
+        c *= 2;
+    char *p = realloc(buf, c);
+    if (!p) {
+        free(buf);
+        return NULL;
+    }
+    *cap = c;
+    return p;
+}
+
 /* The request line for m, newline included; NULL on ENOMEM. */
 static char *request_line(const acemq_consumer_msg *m)
 {
@@ -112,45 +128,6 @@ static char *request_line(const acemq_consumer_msg *m)
     return line;
 }
 
-/* Reads the child's next line into p->line (NUL-terminated): 0; -1 it
- * closed its output; -2 the deadline passed. */
-static int read_line(acemq__pipe_child *p, int64_t deadline)
-{
-    for (;;) {
-        char *nl = p->len ? memchr(p->buf, '\n', p->len) : NULL;
-        if (nl) {
-            size_t n = (size_t)(nl - p->buf);
-            free(p->line);
-            p->line = malloc(n + 1);
-            if (!p->line) return -1;
-            memcpy(p->line, p->buf, n);
-            p->line[n] = '\0';
-            memmove(p->buf, nl + 1, p->len - n - 1);
-            p->len -= n + 1;
-            return 0;
-        }
-        if (p->len == p->cap) {
-            size_t cap = p->cap ? p->cap * 2 : 4096;
-            char *b = cap <= (1u << 26) ? realloc(p->buf, cap) : NULL;
-            if (!b) return -1; /* an answer of more than 64 MiB is no answer */
-            p->buf = b;
-            p->cap = cap;
-        }
-        ssize_t r = read(p->child.from, p->buf + p->len, p->cap - p->len);
-        if (r > 0) {
-            p->len += (size_t)r;
-            continue;
-        }
-        if (r == 0) return -1;
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN) return -1;
-        int64_t left = deadline - acemq__child_now_ms();
-        if (left <= 0) return -2;
-        struct pollfd pfd = {p->child.from, POLLIN, 0};
-        (void)poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
-    }
-}
-
 void acemq__consume_pipe_end(acemq__pipe_child *p)
 {
     if (p->running) acemq__child_kill(&p->child);
@@ -161,6 +138,9 @@ void acemq__consume_pipe_end(acemq__pipe_child *p)
 void acemq__consume_pipe_free(acemq__pipe_child *p)
 {
     acemq__consume_pipe_end(p);
+    for (size_t i = 0; i < p->n_why; i++)
+        free(p->why[i]);
+    p->n_why = 0;
     free(p->buf);
     free(p->line);
     p->buf = p->line = NULL;
@@ -184,55 +164,164 @@ static int request_untouched(const acemq__pipe_child *p, size_t len)
     return ioctl(p->child.to, FIONREAD, &unread) == 0 && unread >= 0 && (size_t)unread == len;
 }
 
-int acemq__consume_pipe(void *ctx, acemq_consumer *c, const acemq_consumer_msg *m)
+/* ---- --pipe, a batch in flight ---- */
+
+/* Reads what the child has written into p->buf without waiting: 1 some,
+ * 0 none yet, -1 it closed its output. */
+static int read_some(acemq__pipe_child *p)
 {
+    if (p->len == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 4096;
+        char *b = cap <= (1u << 26) ? realloc(p->buf, cap) : NULL;
+        if (!b) return -1; /* an answer of more than 64 MiB is no answer */
+        p->buf = b;
+        p->cap = cap;
+    }
+    ssize_t r = read(p->child.from, p->buf + p->len, p->cap - p->len);
+    if (r > 0) {
+        p->len += (size_t)r;
+        return 1;
+    }
+    if (r == 0) return -1;
+    return errno == EINTR || errno == EAGAIN ? 0 : -1;
+}
+
+/* The next whole line in p->buf, moved into p->line: 1, or 0 when there
+ * is none yet. */
+static int take_line(acemq__pipe_child *p)
+{
+    char *nl = p->len ? memchr(p->buf, '\n', p->len) : NULL;
+    if (!nl) return 0;
+    size_t n = (size_t)(nl - p->buf);
+    char *line = malloc(n + 1);
+    if (!line) return 0;
+    memcpy(line, p->buf, n);
+    line[n] = '\0';
+    free(p->line);
+    p->line = line;
+    memmove(p->buf, nl + 1, p->len - n - 1);
+    p->len -= n + 1;
+    return 1;
+}
+
+/* Writes the batch's requests and reads its answers at once, so that the
+ * child works on one while the next is on its way and neither side waits
+ * on a full pipe: answers[0..*got) get the answer lines. 0 all answered;
+ * -1 the child closed or died; -2 the deadline passed. */
+static int exchange(acemq__pipe_child *p, const char *req, size_t len, char **answers, size_t n,
+                    size_t *got, int64_t deadline)
+{
+    size_t written = 0;
+    *got = 0;
+    while (*got < n) {
+        while (*got < n && take_line(p))
+            if (!(answers[(*got)++] = strdup(p->line))) return -1;
+        if (*got == n) break;
+        int64_t left = deadline - acemq__child_now_ms();
+        if (left <= 0) return -2;
+        struct pollfd pfd[2] = {{p->child.from, POLLIN, 0}, {p->child.to, POLLOUT, 0}};
+        if (poll(pfd, written < len ? 2 : 1, left > 1000 ? 1000 : (int)left) < 0 && errno != EINTR)
+            return -1;
+        if (written < len && (pfd[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            ssize_t w = write(p->child.to, req + written, len - written);
+            if (w > 0)
+                written += (size_t)w;
+            else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                return -1;
+        }
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            int r = read_some(p);
+            if (r < 0) {
+                while (*got < n && take_line(p))
+                    if (!(answers[(*got)++] = strdup(p->line))) return -1;
+                return *got == n ? 0 : -1;
+            }
+        }
+    }
+    return 0;
+}
+
+void acemq__consume_pipe_batch(void *ctx, acemq_consumer *c, const acemq_consumer_msg *m, size_t n,
+                               acemq_consumer_outcome *out)
+{
+    (void)c;
     acemq__pipe_child *p = ctx;
-    /* A child that exited after its last answer (one that ends itself
-     * every N messages, say) is started again: this message is no failure
-     * of its. */
+    for (size_t i = 0; i < p->n_why; i++)
+        free(p->why[i]);
+    p->n_why = 0;
     if (p->running && child_exited(p)) acemq__consume_pipe_end(p);
-    char *line = request_line(m);
-    if (!line) return failed(c, "%s", "out of memory for the request");
-    size_t len = strlen(line);
+    /* All the requests as one buffer, written as the child reads. */
+    size_t len = 0, cap = 0;
+    char *req = NULL;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (acemq_consumer_outcome){1, "out of memory for the request"};
+        char *line = request_line(&m[i]);
+        size_t l = line ? strlen(line) : 0;
+        if (!line || (len + l + 1 > cap && !(req = grow(req, &cap, len + l + 1)))) {
+            free(line);
+            free(req);
+            return;
+        }
+        memcpy(req + len, line, l + 1);
+        len += l;
+        free(line);
+    }
+    char *answers[ACEMQ__PIPE_BATCH_MAX] = {0};
+    size_t got = 0;
     int64_t deadline = acemq__child_now_ms() + p->cmd.timeout_ms;
     int rc = -1;
     for (int tries = 0; tries < 2; tries++) {
         if (!p->running) {
             if (acemq__child_start(&p->child, p->cmd.argv, NULL, 1) != 0) {
-                int e = errno;
-                free(line);
-                return failed(c, "cannot start the --pipe command: %s", strerror(e));
+                for (size_t i = 0; i < n; i++)
+                    out[i].why = "cannot start the --pipe command";
+                free(req);
+                return;
             }
             p->running = 1;
             p->len = 0;
         }
-        rc = acemq__child_write(&p->child, line, len, deadline);
-        if (rc == 0) rc = read_line(p, deadline);
-        /* Gone before it read any of the request (it exited just after its
-         * last answer): it never had the message; once more, to a new one. */
-        if (rc != -1 || !request_untouched(p, len)) break;
+        rc = exchange(p, req, len, answers, n, &got, deadline);
+        /* Gone before it read any request (it exited just after its last
+         * answer): it never had these messages; once more, to a new one. */
+        if (rc != -1 || got > 0 || !request_untouched(p, len)) break;
         acemq__consume_pipe_end(p);
     }
-    free(line);
-    if (rc != 0) {
-        acemq__consume_pipe_end(p);
-        return failed(c, "%s",
-                      rc == -2 ? "the --pipe command did not answer within the lease; restarted"
-                               : "the --pipe command exited; restarted");
-    }
-    json_error_t err;
-    json_t *answer = json_loads(p->line, 0, &err);
-    json_t *ok = json_object_get(answer, "ok");
-    int success = json_is_true(ok);
-    if (!success) {
-        const char *why = json_string_value(json_object_get(answer, "error"));
-        if (!json_is_boolean(ok)) {
-            why = "the --pipe command's answer is not a JSON object with \"ok\"";
-            /* Its answers and our requests may be out of step now. */
-            acemq__consume_pipe_end(p);
+    free(req);
+    /* A worker that closed its output and exits 0 ended on purpose (one
+     * that recycles itself every N messages): it handled none of the
+     * unanswered ones. Any other end is a crash on the first of them. */
+    int status = -1, clean = 0;
+    if (rc == -1 && p->running && p->child.pid > 0 &&
+        acemq__child_wait(&p->child, acemq__child_now_ms() + 1000, &status) == 0)
+        clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > got || (i == got && clean)) {
+            /* The worker answers in order: it never got to this one. */
+            out[i] = (acemq_consumer_outcome){2, "the --pipe command ended before it"};
+            continue;
         }
-        failed(c, "%s", why ? why : "the --pipe command answered ok: false");
+        if (i == got) { /* the one it was on when it died or hung */
+            out[i].why = rc == -2 ? "the --pipe command did not answer within the lease; restarted"
+                                  : "the --pipe command exited; restarted";
+            continue;
+        }
+        json_t *answer = json_loads(answers[i], 0, NULL);
+        json_t *ok = json_object_get(answer, "ok");
+        out[i].failed = !json_is_true(ok);
+        out[i].why = NULL;
+        if (out[i].failed) {
+            const char *why = json_string_value(json_object_get(answer, "error"));
+            if (!json_is_boolean(ok)) {
+                why = "the --pipe command's answer is not a JSON object with \"ok\"";
+                rc = -1; /* its answers and our requests may be out of step now */
+            }
+            char *kept = strdup(why ? why : "the --pipe command answered ok: false");
+            if (kept) p->why[p->n_why++] = kept;
+            out[i].why = kept;
+        }
+        json_decref(answer);
+        free(answers[i]);
     }
-    json_decref(answer);
-    return success ? 0 : 1;
+    if (rc != 0) acemq__consume_pipe_end(p);
 }

@@ -17,6 +17,9 @@ typedef struct acemq__consume_command {
 /* --exec: ctx is an acemq__consume_command. */
 int acemq__consume_exec(void *ctx, acemq_consumer *c, const acemq_consumer_msg *m);
 
+/* The most requests in flight to a --pipe child: the consumer's batch. */
+#define ACEMQ__PIPE_BATCH_MAX 64
+
 /* --pipe: ctx is one of these, zeroed but for cmd; the child starts with
  * the first message. */
 typedef struct acemq__pipe_child {
@@ -26,9 +29,15 @@ typedef struct acemq__pipe_child {
     char *buf; /* what the child wrote and was not read as a line yet */
     size_t len, cap;
     char *line; /* the last answer */
+    /* The batch's failure reasons, kept until the next batch. */
+    char *why[ACEMQ__PIPE_BATCH_MAX];
+    size_t n_why;
 } acemq__pipe_child;
 
-int acemq__consume_pipe(void *ctx, acemq_consumer *c, const acemq_consumer_msg *m);
+/* --pipe with the batch's messages in flight together: the requests are
+ * written while the answers come back, in order (a batch handler). */
+void acemq__consume_pipe_batch(void *ctx, acemq_consumer *c, const acemq_consumer_msg *m, size_t n,
+                               acemq_consumer_outcome *out);
 /* Stops the child (it is started again for the next message). */
 void acemq__consume_pipe_end(acemq__pipe_child *p);
 /* Stops the child and frees the buffers. */

@@ -34,7 +34,7 @@ static int open_failed(int code, const char *what, const char *why)
 
 static const char *bad_options(const acemq_consumer_options *o)
 {
-    if (!o->handler) return "handler must not be NULL";
+    if (!o->handler == !o->batch_handler) return "give one of handler and batch_handler";
     if (o->prefetch < 1 || o->prefetch > 65535) return "prefetch must be within 1..65535";
     if (o->lease_ms < 3 || o->lease_ms > 86400000) return "lease_ms must be within 3..86400000";
     if (o->max_attempts < 1) return "max_attempts must be at least 1";

@@ -230,6 +230,48 @@ static int run_handler(acemq_consumer *c, item *it)
     return 0;
 }
 
+/* The batch handler on every claimed item at once: TO_CONFIRM for each
+ * success, failed() for each failure. */
+static int run_batch_handler(acemq_consumer *c, item *it, size_t n)
+{
+    acemq_consumer_msg m[ACEMQ__BATCH_MAX];
+    acemq_consumer_outcome out[ACEMQ__BATCH_MAX];
+    size_t at[ACEMQ__BATCH_MAX], k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (it[i].state == TO_CLAIM && it[i].status == ACEMQ_CLAIMED) {
+            m[k] = it[i].m;
+            out[k] = (acemq_consumer_outcome){1, "the batch handler left it unanswered"};
+            at[k++] = i;
+        }
+    if (k == 0) return 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    c->opts.batch_handler(c->opts.ctx, c, m, k, out);
+    double ms = elapsed_ms(&t0);
+    int rc = 0;
+    for (size_t j = 0; j < k; j++) {
+        item *x = &it[at[j]];
+        acemq__consumer_latency(c, ms);
+        if (!out[j].failed) {
+            x->state = TO_CONFIRM;
+            continue;
+        }
+        if (acemq__keeper_drop(&c->keeper, x->slot))
+            acemq__consumer_log(c, "lease_lost", "key", x->key, NULL, NULL);
+        x->slot = -1;
+        if (out[j].failed == 2) { /* never handled: back to the queue, uncounted */
+            (void)acemq_idem_release(c->store, x->key, x->m.key_len, x->m.token);
+            audit_forget(c, x);
+            x->state = SETTLED;
+            keep(&rc, acemq__consumer_requeue(c, x->d));
+            continue;
+        }
+        snprintf(c->reason, sizeof c->reason, "%s", out[j].why ? out[j].why : "");
+        keep(&rc, failed(c, x));
+    }
+    return rc;
+}
+
 /* The claims of the batch's TO_CLAIM items in one call; each claimed one
  * handed to the keeper at once, so that none runs out while earlier
  * handlers run. */
@@ -334,6 +376,7 @@ int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery **ds, size_t n)
         keep(&rc, prepare(c, it, i));
     }
     claim_all(c, it, n);
+    if (c->opts.batch_handler) keep(&rc, run_batch_handler(c, it, n));
     for (size_t i = 0; i < n; i++) {
         item *x = &it[i];
         if (x->state != TO_CLAIM) continue;
