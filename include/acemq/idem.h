@@ -174,8 +174,9 @@ typedef struct acemq_idem_confirmation {
  * deliveries. Element i is confirmed as
  *   status[i] = acemq_idem_confirm_result(h, c[i].id, c[i].id_len, c[i].token,
  *                                         c[i].result, c[i].result_len);
- * would, in order, with the clock read once for the batch; the SQLite store
- * writes them in one transaction, so a batch costs one commit. A bad element
+ * would, in order, with the clock read once for the batch. The SQLite store
+ * writes them in one transaction, PostgreSQL in one statement, Redis in one
+ * script run per 64 ids: a batch costs one round trip, not one per id. A bad element
  * gets ACEMQ_EINVAL in status[i] and does not stop the others; a stale token
  * gets ACEMQ_ESTALE. A store failure that breaks the transaction answers
  * every element of it with that error, none of them confirmed.

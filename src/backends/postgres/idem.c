@@ -1,8 +1,8 @@
 /* idem.c — the idempotency store on PostgreSQL: every operation one
- * prepared statement (idem_sql.c), binary parameters and results, run
- * under the handle's lock, retried on a serialization failure or a
- * deadlock. idem_pg.h has the invariants; docs/idempotency.md the user's
- * view. */
+ * prepared statement (idem_sql.c), binary parameters and results (a
+ * batch's arrays go as text), run under the handle's lock, retried on a
+ * serialization failure or a deadlock. idem_pg.h has the invariants;
+ * docs/idempotency.md the user's view. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -334,6 +334,26 @@ static int fenced(acemq_idem *h, int which, const char *what, const params *q)
                             what);
 }
 
+/* With ACEMQ_IDEM_CONFIRM_IN_CALLER_TX a confirm joins the caller's open
+ * transaction: ACEMQ_ENOTX, before anything is sent, when there is none
+ * or it already failed; else 0. Caller holds p->lock. */
+static int caller_tx_check(acemq_idem *h)
+{
+    pg_idem *p = h->self;
+    if (!(h->opts.flags & ACEMQ_IDEM_CONFIRM_IN_CALLER_TX)) return 0;
+    PGTransactionStatusType ts = PQtransactionStatus(p->conn);
+    if (ts == PQTRANS_INERROR)
+        return acemq__idem_fail(h, ACEMQ_ENOTX,
+                                "postgres: the caller's transaction already failed: confirm "
+                                "would not commit with it");
+    if (ts != PQTRANS_INTRANS)
+        return acemq__idem_fail(h, ACEMQ_ENOTX,
+                                "postgres: no transaction is open on the caller's connection: "
+                                "confirm joins the caller's transaction "
+                                "(ACEMQ_IDEM_CONFIRM_IN_CALLER_TX)");
+    return 0;
+}
+
 static int pg_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
                       const acemq__bytes *result, int64_t now_ms, int64_t expires_ms)
 {
@@ -348,22 +368,117 @@ static int pg_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
     else
         p_null(&q, 4);
     pthread_mutex_lock(&p->lock);
-    int rc = 0;
-    if (h->opts.flags & ACEMQ_IDEM_CONFIRM_IN_CALLER_TX) {
-        PGTransactionStatusType ts = PQtransactionStatus(p->conn);
-        if (ts == PQTRANS_INERROR)
-            rc = acemq__idem_fail(h, ACEMQ_ENOTX,
-                                  "postgres: the caller's transaction already failed: confirm "
-                                  "would not commit with it");
-        else if (ts != PQTRANS_INTRANS)
-            rc = acemq__idem_fail(h, ACEMQ_ENOTX,
-                                  "postgres: no transaction is open on the caller's connection: "
-                                  "confirm joins the caller's transaction "
-                                  "(ACEMQ_IDEM_CONFIRM_IN_CALLER_TX)");
-    }
+    int rc = caller_tx_check(h);
     if (rc == 0) rc = fenced(h, PGQ_CONFIRM, "confirm", &q);
     pthread_mutex_unlock(&p->lock);
     return rc;
+}
+
+/* 1 when elements i and j confirm the same claim: one id, one token. */
+static int same_claim(const acemq__bytes *ids, const uint64_t *tokens, size_t i, size_t j)
+{
+    return tokens[i] == tokens[j] && ids[i].len == ids[j].len &&
+           memcmp(ids[i].data, ids[j].data, ids[i].len) == 0;
+}
+
+/* Answers the batch's elements from the ordinalities r returned, one for
+ * each claim the statement confirmed: 0 for the elements that name such a
+ * claim, ESTALE for the rest. */
+static void confirm_answers(acemq_idem *h, const PGresult *r, size_t n, const acemq__bytes *ids,
+                            const uint64_t *tokens, int *status)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i].len) status[i] = ACEMQ_ESTALE;
+    for (int k = 0; k < PQntuples(r); k++) {
+        int64_t o = get_int(r, k, 0);
+        if (o < 1 || (uint64_t)o > n || !ids[o - 1].len) continue;
+        for (size_t i = 0; i < n; i++)
+            if (ids[i].len && same_claim(ids, tokens, i, (size_t)(o - 1))) status[i] = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ids[i].len && status[i] == ACEMQ_ESTALE)
+            (void)acemq__idem_fail(h, ACEMQ_ESTALE,
+                                   "confirm: token %llu is not the current claim (taken over, "
+                                   "released, or forgotten)",
+                                   (unsigned long long)tokens[i]);
+}
+
+/* A batch of confirms in one round trip and one statement over arrays.
+ * Element i is the arrays' element i + 1 (an id the core answered goes as
+ * NULL, which matches no row), so an ordinality the statement returns
+ * names an element. */
+static int pg_confirm_many(acemq_idem *h, size_t n, const acemq__bytes *ids, const uint64_t *tokens,
+                           const acemq__bytes *results, int64_t now_ms, int64_t expires_ms,
+                           int *status)
+{
+    pg_idem *p = h->self;
+    size_t todo = 0, last = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!ids[i].len) continue;
+        todo++;
+        last = i;
+    }
+    /* One element: the single confirm's statement, the same answer
+     * without the arrays. */
+    if (todo == 1) {
+        status[last] = pg_confirm(h, &ids[last], tokens[last], &results[last], now_ms, expires_ms);
+        return 0;
+    }
+    text t_ids = {0}, t_tokens = {0}, t_results = {0};
+    put(&t_ids, "{", 1);
+    put(&t_tokens, "{", 1);
+    put(&t_results, "{", 1);
+    for (size_t i = 0; i < n; i++) {
+        const char *sep = i ? "," : "";
+        put(&t_ids, sep, strlen(sep));
+        put(&t_tokens, sep, strlen(sep));
+        put(&t_results, sep, strlen(sep));
+        /* An element the core answered (len 0) has no result to read. */
+        if (!ids[i].len) {
+            put(&t_ids, "NULL", 4);
+            put(&t_tokens, "0", 1);
+            put(&t_results, "NULL", 4);
+            continue;
+        }
+        put_bytea(&t_ids, ids[i].data, ids[i].len);
+        char num[24];
+        /* As the single confirm sends it: a token above INT64_MAX turns
+         * negative, matches no row and is stale. */
+        int len = snprintf(num, sizeof num, "%lld", (long long)(int64_t)tokens[i]);
+        put(&t_tokens, num, (size_t)len);
+        if (results[i].len)
+            put_bytea(&t_results, results[i].data, results[i].len);
+        else
+            put(&t_results, "NULL", 4);
+    }
+    put(&t_ids, "}", 1);
+    put(&t_tokens, "}", 1);
+    put(&t_results, "}", 1);
+    int rc = t_ids.failed || t_tokens.failed || t_results.failed
+                 ? acemq__idem_fail(h, ACEMQ_ENOMEM, "postgres: out of memory")
+                 : 0;
+    pthread_mutex_lock(&p->lock);
+    if (rc == 0) rc = caller_tx_check(h);
+    PGresult *r = NULL;
+    if (rc == 0) {
+        params q = {{t_ids.s, t_tokens.s, t_results.s}, {0}, {0}, {{0}}};
+        p_now(p, &q, 3, now_ms);
+        p_int(&q, 4, expires_ms - now_ms);
+        rc = run(h, PGQ_CONFIRM_MANY, &q, &r);
+    }
+    if (rc == 0) {
+        confirm_answers(h, r, n, ids, tokens, status);
+    } else {
+        /* One statement: its failure is every element's answer. */
+        for (size_t i = 0; i < n; i++)
+            if (ids[i].len) status[i] = rc;
+    }
+    PQclear(r);
+    pthread_mutex_unlock(&p->lock);
+    free(t_ids.s);
+    free(t_tokens.s);
+    free(t_results.s);
+    return 0;
 }
 
 static int pg_release(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms)
@@ -540,4 +655,5 @@ const acemq__idem_methods acemq__pg_idem_methods = {
     .counts = pg_counts,
     .inspect = pg_inspect,
     .forget = pg_forget,
+    .confirm_many = pg_confirm_many,
 };

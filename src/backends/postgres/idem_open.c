@@ -143,8 +143,9 @@ static int new_state(acemq_idem *h, const char *table, char **schema)
     const acemq_clock *sys = acemq_clock_system();
     p->db_clock = h->clock.now_ms == sys->now_ms && h->clock.ctx == sys->ctx;
     static const char *const suffix[PGQ_COUNT] = {
-        "claim",           "confirm", "release",    "renew",   "is_confirmed", "purge_done",
-        "purge_abandoned", "counts",  "next_lease", "inspect", "forget",       "claim_many"};
+        "claim",      "confirm",         "release",     "renew",      "is_confirmed",
+        "purge_done", "purge_abandoned", "counts",      "next_lease", "inspect",
+        "forget",     "claim_many",      "confirm_many"};
     for (int i = 0; i < PGQ_COUNT; i++)
         snprintf(p->names[i], sizeof p->names[i], "acemq_idem_%s_%s", table, suffix[i]);
     if (acemq__pg_idem_sql(table, p->sql, schema) != 0)

@@ -40,6 +40,7 @@ enum {
     PGQ_INSPECT,
     PGQ_FORGET,
     PGQ_CLAIM_MANY,
+    PGQ_CONFIRM_MANY,
     PGQ_COUNT
 };
 

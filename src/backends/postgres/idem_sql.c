@@ -22,6 +22,7 @@ const int acemq__pg_idem_nparams[PGQ_COUNT] = {
     [PGQ_CLAIM] = 4,        [PGQ_CONFIRM] = 5,    [PGQ_RELEASE] = 4,         [PGQ_RENEW] = 4,
     [PGQ_IS_CONFIRMED] = 2, [PGQ_PURGE_DONE] = 2, [PGQ_PURGE_ABANDONED] = 3, [PGQ_COUNTS] = 1,
     [PGQ_NEXT_LEASE] = 1,   [PGQ_INSPECT] = 2,    [PGQ_FORGET] = 1,          [PGQ_CLAIM_MANY] = 4,
+    [PGQ_CONFIRM_MANY] = 5,
 };
 
 const unsigned acemq__pg_idem_types[PGQ_COUNT][5] = {
@@ -37,6 +38,7 @@ const unsigned acemq__pg_idem_types[PGQ_COUNT][5] = {
     [PGQ_INSPECT] = {BYTEA, INT8},
     [PGQ_FORGET] = {BYTEA},
     [PGQ_CLAIM_MANY] = {1001u, 1016u, 1001u, INT8}, /* bytea[], bigint[] */
+    [PGQ_CONFIRM_MANY] = {1001u, 1016u, 1001u, INT8, INT8},
 };
 
 /* A claim may take the row: released, confirmed past retention, or claimed
@@ -125,6 +127,30 @@ int acemq__pg_idem_sql(const char *t, char **sql, char **schema)
                       " WHERE id = $1 AND token = $2 AND (state = 1 OR (state = 2 AND expires_at >"
                       " (SELECT now FROM p))) RETURNING 1",
                t);
+    /* A batch of confirms: one statement over arrays, each element
+     * confirmed as the single confirm above would confirm it. A confirm
+     * keeps the row's token and leaves a confirmation that the same token
+     * confirms again, so n confirms in a row answer each element from the
+     * row as it was, and the last of the elements naming one row with its
+     * token leaves its result. l keeps that last one of each (id, token),
+     * so the UPDATE meets each row once; it returns their ordinalities
+     * and the caller answers the elements that share each one's id and
+     * token alike. l comes in id order: walked by a nested loop over the
+     * primary key, the plan for any table past a few pages, it locks the
+     * rows in the order the batch claim does. The arrays come through a
+     * sub-select, so that no plan depends on their length and every run
+     * reuses the one generic plan: a custom plan per run costs more to
+     * make than the run itself. */
+    sql[PGQ_CONFIRM_MANY] = format(
+        "WITH p AS MATERIALIZED (SELECT " NOW(
+            4) " AS now) UPDATE \"%s\" AS r SET state = 2, expires_at = (SELECT now FROM p) + $5,"
+               " result = l.result, lease_until = NULL FROM (SELECT DISTINCT ON (id, token) id,"
+               " token, result, o FROM unnest((SELECT $1::bytea[]), (SELECT $2::bigint[]),"
+               " (SELECT $3::bytea[])) WITH ORDINALITY AS u(id, token, result, o)"
+               " ORDER BY id, token, o DESC) AS l WHERE r.id = l.id AND r.token = l.token AND"
+               " (r.state = 1 OR (r.state = 2 AND r.expires_at > (SELECT now FROM p)))"
+               " RETURNING l.o",
+        t);
     sql[PGQ_RELEASE] = format("UPDATE \"%s\" SET state = 0, lease_until = NULL, expires_at = " NOW(
                                   3) " + $4 WHERE id = $1 AND token = $2 AND state = 1 RETURNING 1",
                               t);

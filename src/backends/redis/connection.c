@@ -11,6 +11,7 @@
  * (the EPIPE error tells the story instead).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -323,6 +324,9 @@ static int connect_now(acemq_idem *h)
         acemq__redis_drop(r);
         return rc;
     }
+    /* Not for the commands `acemq consume` starts: hiredis leaves its
+     * socket open across exec. */
+    (void)fcntl(r->c->fd, F_SETFD, fcntl(r->c->fd, F_GETFD) | FD_CLOEXEC);
     if (redisSetTimeout(r->c, ms_tv(t->command_timeout_ms)) != REDIS_OK)
         return acemq__redis_io_fail(h, "setting command_timeout_ms");
     int rc = 0;

@@ -1,6 +1,7 @@
 /* idem.c — the Redis store's methods: each one EVALSHA of its script
  * (scripts.c) under the handle's lock; try_claim_many runs the claim
- * script once for up to REDIS_CLAIM_MAX ids (one round trip).
+ * script once for up to REDIS_CLAIM_MAX ids and confirm_many its script
+ * once for up to REDIS_CONFIRM_MAX (one round trip each).
  * idem_redis.h states the invariants.
  */
 #include <inttypes.h>
@@ -102,11 +103,12 @@ static int claim_answer(acemq_idem *h, const redisReply *rep, size_t *at,
     return unexpected(h, "claim", rep);
 }
 
-/* A command's argv under construction. */
+/* A command's argv under construction: the longer of the batch scripts'. */
+#define COMMAND_ARGV (REDIS_CLAIM_ARGV > REDIS_CONFIRM_ARGV ? REDIS_CLAIM_ARGV : REDIS_CONFIRM_ARGV)
 typedef struct command {
     int argc;
-    const char *argv[REDIS_CLAIM_ARGV];
-    size_t lens[REDIS_CLAIM_ARGV];
+    const char *argv[COMMAND_ARGV];
+    size_t lens[COMMAND_ARGV];
 } command;
 
 static void add(command *c, const void *s, size_t len)
@@ -115,35 +117,49 @@ static void add(command *c, const void *s, size_t len)
     c->lens[c->argc++] = len;
 }
 
+/* Starts c as EVALSHA of script `script` with the records of the m
+ * elements which[] names as its first keys, numkeys counting `more` keys
+ * the caller adds after them. The records' names go in *keys (free it).
+ * ENOMEM with its text on h. */
+static int batch_begin(acemq_idem *h, command *c, int script, size_t m, size_t more,
+                       const size_t *which, const acemq__bytes *ids, num *nkeys, char **keys)
+{
+    redis_idem *r = h->self;
+    size_t bytes = 0;
+    for (size_t x = 0; x < m; x++)
+        bytes += r->key_head + ids[which[x]].len;
+    c->argc = 0;
+    *keys = malloc(bytes);
+    if (!*keys) {
+        (void)acemq__idem_fail(h, ACEMQ_ENOMEM, "redis: out of memory for %zu ids", m);
+        return ACEMQ_ENOMEM;
+    }
+    add(c, "EVALSHA", 7);
+    add(c, r->sha[script], 40);
+    add(c, nkeys->s, put(nkeys, (int64_t)(m + more)));
+    char *k = *keys;
+    for (size_t x = 0; x < m; x++) {
+        const acemq__bytes *id = &ids[which[x]];
+        memcpy(k, r->key, r->key_head);
+        memcpy(k + r->key_head, id->data, id->len);
+        add(c, k, r->key_head + id->len);
+        k += r->key_head + id->len;
+    }
+    return 0;
+}
+
 /* Runs the claim script once over the m elements which[] names
  * (1..REDIS_CLAIM_MAX). Caller holds r->lock. */
 static int claim_send(acemq_idem *h, size_t m, const size_t *which, const acemq__bytes *ids,
                       const acemq__claim_args *a, redisReply **reply)
 {
     redis_idem *r = h->self;
-    size_t bytes = 0;
-    for (size_t x = 0; x < m; x++)
-        bytes += r->key_head + ids[which[x]].len;
-    char *keys = malloc(bytes);
-    if (!keys) {
-        (void)acemq__idem_fail(h, ACEMQ_ENOMEM, "redis: out of memory for %zu ids", m);
-        return ACEMQ_ENOMEM;
-    }
     command c;
     claim_arg args[REDIS_CLAIM_MAX];
     num nkeys = {{0}}, now = {{0}}, ret = {{0}};
-    c.argc = 0;
-    add(&c, "EVALSHA", 7);
-    add(&c, r->sha[RS_CLAIM], 40);
-    add(&c, nkeys.s, put(&nkeys, (int64_t)m + 1));
-    char *k = keys;
-    for (size_t x = 0; x < m; x++) {
-        const acemq__bytes *id = &ids[which[x]];
-        memcpy(k, r->key, r->key_head);
-        memcpy(k + r->key_head, id->data, id->len);
-        add(&c, k, r->key_head + id->len);
-        k += r->key_head + id->len;
-    }
+    char *keys = NULL;
+    int rc = batch_begin(h, &c, RS_CLAIM, m, 1, which, ids, &nkeys, &keys);
+    if (rc != 0) return rc;
     add(&c, r->token_key, strlen(r->token_key));
     add(&c, now.s, put_now(r, &now, a[which[0]].now_ms));
     add(&c, ret.s, put(&ret, h->opts.retention_ms));
@@ -153,7 +169,7 @@ static int claim_send(acemq_idem *h, size_t m, const size_t *which, const acemq_
         add(&c, e->fingerprint.len ? (const char *)e->fingerprint.data : "", e->fingerprint.len);
         add(&c, args[x].cap.s, put(&args[x].cap, (int64_t)e->result_cap));
     }
-    int rc = acemq__redis_evalsha(h, c.argc, c.argv, c.lens, reply);
+    rc = acemq__redis_evalsha(h, c.argc, c.argv, c.lens, reply);
     free(keys);
     return rc;
 }
@@ -208,7 +224,7 @@ static int redis_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids
     return 0;
 }
 
-/* ---- confirm, release, renew, is_confirmed ------------------------------- */
+/* ---- confirm, confirm_many, release, renew, is_confirmed ----------------- */
 
 /* Runs a fencing script that answers 1 (done) or 0 (stale). */
 static int fenced(acemq_idem *h, const char *op, int which, const acemq__bytes *id, uint64_t token,
@@ -241,6 +257,63 @@ static int redis_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
     const char *args[4] = {now.s, NULL, ret.s, result->len ? (const char *)result->data : ""};
     size_t lens[4] = {put_now(r, &now, now_ms), 0, put(&ret, expires_ms - now_ms), result->len};
     return fenced(h, "confirm", RS_CONFIRM, id, token, 4, args, lens);
+}
+
+/* Runs the confirm_many script once over the m elements which[] names
+ * (1..REDIS_CONFIRM_MAX), filling their status[]. Caller holds r->lock. */
+static void confirm_run(acemq_idem *h, size_t m, const size_t *which, const acemq__bytes *ids,
+                        const uint64_t *tokens, const acemq__bytes *results, int64_t now_ms,
+                        int64_t expires_ms, int *status)
+{
+    redis_idem *r = h->self;
+    command c;
+    num toks[REDIS_CONFIRM_MAX], nkeys = {{0}}, now = {{0}}, ret = {{0}};
+    char *keys = NULL;
+    redisReply *reply = NULL;
+    int rc = batch_begin(h, &c, RS_CONFIRM_MANY, m, 0, which, ids, &nkeys, &keys);
+    if (rc == 0) {
+        add(&c, now.s, put_now(r, &now, now_ms));
+        add(&c, ret.s, put(&ret, expires_ms - now_ms));
+        for (size_t x = 0; x < m; x++) {
+            const acemq__bytes *res = &results[which[x]];
+            add(&c, toks[x].s,
+                (size_t)snprintf(toks[x].s, sizeof toks[x].s, "%" PRIu64, tokens[which[x]]));
+            add(&c, res->len ? (const char *)res->data : "", res->len);
+        }
+        rc = acemq__redis_evalsha(h, c.argc, c.argv, c.lens, &reply);
+        free(keys);
+    }
+    /* One script: a failed run, or an answer that cannot be read, is every
+     * element's answer. */
+    if (rc == 0 && (reply->type != REDIS_REPLY_ARRAY || reply->elements != m))
+        rc = unexpected(h, "confirm", reply);
+    for (size_t x = 0; rc == 0 && x < m; x++)
+        if (!is_int(reply->element[x])) rc = unexpected(h, "confirm", reply);
+    for (size_t x = 0; x < m; x++) {
+        size_t i = which[x];
+        if (rc != 0)
+            status[i] = rc;
+        else
+            status[i] = reply->element[x]->integer == 1 ? 0 : stale(h, "confirm", tokens[i]);
+    }
+    if (reply) freeReplyObject(reply);
+}
+
+static int redis_confirm_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
+                              const uint64_t *tokens, const acemq__bytes *results, int64_t now_ms,
+                              int64_t expires_ms, int *status)
+{
+    redis_idem *r = h->self;
+    size_t which[REDIS_CONFIRM_MAX];
+    pthread_mutex_lock(&r->lock);
+    for (size_t lo = 0; lo < n; lo += REDIS_CONFIRM_MAX) {
+        size_t k = n - lo < REDIS_CONFIRM_MAX ? n - lo : REDIS_CONFIRM_MAX, m = 0;
+        for (size_t i = lo; i < lo + k; i++)
+            if (ids[i].len != 0) which[m++] = i; /* len 0: answered by the core */
+        if (m > 0) confirm_run(h, m, which, ids, tokens, results, now_ms, expires_ms, status);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return 0;
 }
 
 static int redis_release(acemq_idem *h, const acemq__bytes *id, uint64_t token, int64_t now_ms)
@@ -348,4 +421,5 @@ const acemq__idem_methods acemq__redis_idem_methods = {
     .counts = acemq__redis_idem_counts,
     .inspect = acemq__redis_idem_inspect,
     .forget = acemq__redis_idem_forget,
+    .confirm_many = redis_confirm_many,
 };

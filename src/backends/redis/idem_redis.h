@@ -44,6 +44,10 @@
 /* EVALSHA, sha, numkeys, the records, the counter, now, retention, and
  * three arguments a record. */
 #define REDIS_CLAIM_ARGV (3 + REDIS_CLAIM_MAX + 1 + 2 + 3 * REDIS_CLAIM_MAX)
+#define REDIS_CONFIRM_MAX 64 /* ids in one run of the confirm_many script */
+/* EVALSHA, sha, numkeys, the records, now, retention, and two arguments a
+ * record. */
+#define REDIS_CONFIRM_ARGV (3 + REDIS_CONFIRM_MAX + 2 + 2 * REDIS_CONFIRM_MAX)
 
 /* The store's scripts (scripts.c), by index. */
 enum {
@@ -54,6 +58,7 @@ enum {
     RS_IS_CONFIRMED,
     RS_PURGE,
     RS_INSPECT,
+    RS_CONFIRM_MANY,
     RS_COUNT
 };
 

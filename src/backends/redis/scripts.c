@@ -4,8 +4,9 @@
  *
  * Every script gets ARGV[1] = now in ms, or '' for the server's clock
  * (TIME). The claim script gets the records it claims ({P}:id:<id>, a
- * string each) and then the store's token counter ({P}:token) as KEYS;
- * the others get KEYS[1] = one record and KEYS[2] = the counter. A record
+ * string each) and then the store's token counter ({P}:token) as KEYS,
+ * the confirm_many script the records it confirms; the others get
+ * KEYS[1] = one record and KEYS[2] = the counter. A record
  * is one string, five MessagePack values (cmsgpack, built into Redis's
  * Lua): s state ('c' claimed, 'd' confirmed), t token (decimal text), x
  * the lease end (claimed) or the retention end (confirmed), f
@@ -112,6 +113,33 @@ static const char confirm[] = CLOCK LOAD
     "redis.call('SET', KEYS[1], cmsgpack.pack('d', t, now + ret, f, ARGV[4]), 'PX', ret)\n"
     "return 1\n";
 
+/* KEYS: the records to confirm, in order (no counter: a confirm takes no
+ * token). ARGV: now, retention_ms, then per record token and result (''
+ * none). The answer is one flat array, per record 1 (done) or 0 (stale),
+ * each what the confirm script would answer, run once per record in
+ * order. A confirm keeps the record's token and leaves a confirmation
+ * that the same token confirms again, so each answer follows from the
+ * record as the script found it, and a record named twice keeps the last
+ * result. Every record is read and decided before any is written: a read
+ * that fails (a key of another type) leaves them all as they were. */
+static const char confirm_many[] = CLOCK LOAD
+    "local now = clock()\n"
+    "local ret = tonumber(ARGV[2])\n"
+    "local out, fps = {}, {}\n"
+    "for i = 1, #KEYS do\n"
+    "  local s, t, x, f = load(KEYS[i])\n"
+    "  local ok = t == ARGV[2 * i + 1] and not (s == 'd' and x <= now)\n"
+    "  out[i] = ok and 1 or 0\n"
+    "  fps[i] = f\n"
+    "end\n"
+    "for i = 1, #KEYS do\n"
+    "  if out[i] == 1 then\n"
+    "    redis.call('SET', KEYS[i], cmsgpack.pack('d', ARGV[2 * i + 1], now + ret, fps[i],"
+    " ARGV[2 * i + 2]), 'PX', ret)\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
 /* ARGV: now, token. 1 released (the record goes), 0 stale. */
 static const char release[] = LOAD "local s, t = load(KEYS[1])\n"
                                    "if s ~= 'c' or t ~= ARGV[2] then return 0 end\n"
@@ -158,5 +186,5 @@ static const char inspect[] =
 const char *const acemq__redis_scripts[RS_COUNT] = {
     [RS_CLAIM] = claim,     [RS_CONFIRM] = confirm,           [RS_RELEASE] = release,
     [RS_RENEW] = renew,     [RS_IS_CONFIRMED] = is_confirmed, [RS_PURGE] = purge,
-    [RS_INSPECT] = inspect,
+    [RS_INSPECT] = inspect, [RS_CONFIRM_MANY] = confirm_many,
 };
