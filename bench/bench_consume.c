@@ -18,6 +18,7 @@
  * ACEMQ_REDIS_URL (make bench starts the servers) and are skipped without.
  * Exit status: 0 measured, 1 something broke, 2 usage.
  */
+#include "bench_amqp.h"
 #include "bench_common.h"
 
 #include <amqp.h>
@@ -45,33 +46,6 @@ typedef struct config {
     long messages;
     int prefetch, reps;
 } config;
-
-static amqp_connection_state_t mq_connect(const char *url)
-{
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", url);
-    struct amqp_connection_info info;
-    amqp_default_connection_info(&info);
-    if (amqp_parse_url(buf, &info) != AMQP_STATUS_OK) die("bad AMQP URL");
-    amqp_connection_state_t c = amqp_new_connection();
-    amqp_socket_t *s = amqp_tcp_socket_new(c);
-    if (!s || amqp_socket_open(s, info.host, info.port) != AMQP_STATUS_OK)
-        die("cannot reach RabbitMQ at %s:%d", info.host, info.port);
-    const char *vhost = info.vhost && *info.vhost ? info.vhost : "/";
-    if (amqp_login(c, vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user, info.password)
-            .reply_type != AMQP_RESPONSE_NORMAL)
-        die("RabbitMQ login failed");
-    amqp_channel_open(c, 1);
-    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("channel.open failed");
-    return c;
-}
-
-static void mq_close(amqp_connection_state_t c)
-{
-    amqp_channel_close(c, 1, AMQP_REPLY_SUCCESS);
-    amqp_connection_close(c, AMQP_REPLY_SUCCESS);
-    amqp_destroy_connection(c);
-}
 
 /* An empty durable queue, and then the turn's messages in it, through
  * acemq's publisher with confirms. Returns how many were published. */

@@ -10,6 +10,7 @@
 #include <sqlite3.h>
 
 #include "acemq/outbox.h"
+#include "bench_amqp.h"
 #include "bench_consumer.h"
 
 #define QUEUE "acemq-bench-relay"
@@ -31,10 +32,6 @@ typedef struct config {
 } config;
 
 /* ---- bench_relay_mq.c: rabbitmq-c */
-
-/* A connection to url with channel 1 open, and its end; die on failure. */
-amqp_connection_state_t mq_connect(const char *url);
-void mq_close(amqp_connection_state_t c);
 
 /* The queue every case publishes to, made anew (deleted and declared) so that
  * no case inherits another's messages or index: durable, of the kind

@@ -5,6 +5,7 @@
 #ifndef ACEMQ_CLI_H
 #define ACEMQ_CLI_H
 
+#include <signal.h>
 #include <stdint.h>
 
 /* Exit statuses, the same for every command so scripts can rely on them:
@@ -43,6 +44,17 @@ int acemq__cli_parse_u32(const char *cmd, const char *opt, const char *text, uin
  * -1 after saying why on stderr, prefixed with cmd and opt. */
 int acemq__cli_parse_seconds(const char *cmd, const char *opt, const char *text, int64_t lo,
                              int64_t hi, int64_t *ms);
+
+/* signals.c: set by SIGTERM and SIGINT once acemq__cli_catch_stop_signals
+ * ran (which also ignores SIGPIPE). */
+extern volatile sig_atomic_t acemq__cli_stop_requested;
+void acemq__cli_catch_stop_signals(void);
+/* Calls attempt(ctx) until it answers anything but ACEMQ_EIO (a broker that
+ * cannot be reached yet), waiting 100 ms doubling to 10 s between tries with
+ * a broker_unavailable log line giving why(); a stop signal ends the wait
+ * (ACEMQ_EIO, acemq__cli_stop_requested set). Refusals (ACEMQ_EAUTH, a bad
+ * URL) are a setting to fix: answered at once. */
+int acemq__cli_wait_for_broker(int (*attempt)(void *ctx), const char *(*why)(void), void *ctx);
 
 /* What the helpers for commands with subcommands found. */
 enum { ACEMQ__CLI_HELP = 0, ACEMQ__CLI_TAKEN = 1, ACEMQ__CLI_WRONG = -1 };

@@ -17,24 +17,8 @@
 
 #include "cli/consume_handlers.h"
 #include "cli/consume_metrics.h"
-#include "core/logfmt.h"
-#include "os/mono_time.h"
 
 #define CMD "consume"
-
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
-
-static int signalled(void *ctx)
-{
-    (void)ctx;
-    return stop_requested != 0;
-}
 
 static void usage_line(FILE *f)
 {
@@ -112,23 +96,23 @@ static int usage_error(void)
     return ACEMQ_CLI_USAGE;
 }
 
-/* Opens the consumer, waiting for a broker that cannot be reached yet (100
- * ms, doubling to 10 s, a log line each time); anything else is reported at
- * once. ACEMQ_EIO with stop_requested set when a signal ended the wait. */
-static int open_consumer(acemq_consumer **c, const char *broker_url, const char *queue,
-                         acemq_idem *store, const acemq_consumer_options *o)
+/* The consumer for acemq__cli_wait_for_broker. */
+typedef struct consumer_open {
+    acemq_consumer **c;
+    const char *broker_url, *queue;
+    acemq_idem *store;
+    const acemq_consumer_options *o;
+} consumer_open;
+
+static int try_consumer(void *ctx)
 {
-    long backoff_ms = 100;
-    for (;;) {
-        int rc = acemq_consumer_open(c, broker_url, queue, store, o);
-        if (rc != ACEMQ_EIO) return rc;
-        char retry[24];
-        (void)snprintf(retry, sizeof retry, "%ld", backoff_ms);
-        acemq__logfmt(stderr, "broker_unavailable", "error", acemq_consumer_errmsg(NULL),
-                      "retry_ms", retry);
-        if (acemq__pause_ms(backoff_ms, signalled, NULL)) return rc;
-        backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
-    }
+    consumer_open *x = ctx;
+    return acemq_consumer_open(x->c, x->broker_url, x->queue, x->store, x->o);
+}
+
+static const char *consumer_why(void)
+{
+    return acemq_consumer_errmsg(NULL);
 }
 
 /* What the command line asked for. */
@@ -225,14 +209,7 @@ int acemq__cli_consume(int argc, char **argv)
     o.ctx = a.pipe ? (void *)&pipe_child : (void *)&command;
     o.log = stderr;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGTERM, &sa, NULL);
-    (void)sigaction(SIGINT, &sa, NULL);
-    /* A child that exits before reading its input must not kill us. */
-    (void)signal(SIGPIPE, SIG_IGN);
+    acemq__cli_catch_stop_signals();
 
     acemq_idem *store = NULL;
     acemq_audit *audit = NULL;
@@ -248,9 +225,10 @@ int acemq__cli_consume(int argc, char **argv)
         goto out;
     }
     o.audit = audit;
-    rc = open_consumer(&c, a.broker, a.queue, store, &o);
+    consumer_open copen = {&c, a.broker, a.queue, store, &o};
+    rc = acemq__cli_wait_for_broker(try_consumer, consumer_why, &copen);
     if (rc != 0) {
-        if (rc == ACEMQ_EIO && stop_requested)
+        if (rc == ACEMQ_EIO && acemq__cli_stop_requested)
             status = ACEMQ_CLI_OK;
         else
             fprintf(stderr, "acemq consume: %s\n", acemq_consumer_errmsg(NULL));
@@ -264,7 +242,7 @@ int acemq__cli_consume(int argc, char **argv)
             goto out;
         }
     }
-    rc = acemq_consumer_run(c, &stop_requested);
+    rc = acemq_consumer_run(c, &acemq__cli_stop_requested);
     if (rc != 0) {
         fprintf(stderr, "acemq consume: %s\n", acemq_consumer_errmsg(c));
         goto out;

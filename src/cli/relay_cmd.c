@@ -12,45 +12,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "os/mono_time.h"
-#include "core/logfmt.h"
 #include "cli/relay_metrics.h"
 
 #define CMD "relay"
 
-static volatile sig_atomic_t stop_requested;
+/* The broker for acemq__cli_wait_for_broker. */
+typedef struct broker_open {
+    acemq_broker **b;
+    const char *url;
+    const acemq_broker_options *bo;
+} broker_open;
 
-static void on_signal(int sig)
+static int try_broker(void *ctx)
 {
-    (void)sig;
-    stop_requested = 1;
+    broker_open *o = ctx;
+    return acemq_broker_open(o->b, o->url, o->bo);
 }
 
-static int signalled(void *ctx)
+static const char *broker_why(void)
 {
-    (void)ctx;
-    return stop_requested != 0;
-}
-
-/* Opens the broker, waiting for it while it cannot be reached: a relay
- * started with its broker, or before it, waits for it as it does for one
- * that restarts later (100 ms, doubling to 10 s, a log line each time).
- * A broker that refuses the user, password or virtual host (ACEMQ_EAUTH), or
- * a bad URL, is a setting to fix: reported at once. ACEMQ_EIO with
- * stop_requested set when a signal ended the wait. */
-static int open_broker(acemq_broker **b, const char *url, const acemq_broker_options *bo)
-{
-    long backoff_ms = 100;
-    for (;;) {
-        int rc = acemq_broker_open(b, url, bo);
-        if (rc != ACEMQ_EIO) return rc;
-        char retry[24];
-        (void)snprintf(retry, sizeof retry, "%ld", backoff_ms);
-        acemq__logfmt(stderr, "broker_unavailable", "error", acemq_broker_errmsg(NULL), "retry_ms",
-                      retry);
-        if (acemq__pause_ms(backoff_ms, signalled, NULL)) return rc;
-        backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
-    }
+    return acemq_broker_errmsg(NULL);
 }
 
 static void usage_line(FILE *f)
@@ -205,18 +186,14 @@ int acemq__cli_relay(int argc, char **argv)
     acemq_broker *b = NULL;
     acemq_relay *r = NULL;
     acemq__metrics *metrics = NULL;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGTERM, &sa, NULL);
-    (void)sigaction(SIGINT, &sa, NULL);
-    /* A consumer of our logs going away must not kill the relay mid-batch. */
-    (void)signal(SIGPIPE, SIG_IGN);
-    int rc = open_broker(&b, broker_url, &bo);
+    acemq__cli_catch_stop_signals();
+    /* A relay started with its broker, or before it, waits for it as it
+     * does for one that restarts later. */
+    broker_open bopen = {&b, broker_url, &bo};
+    int rc = acemq__cli_wait_for_broker(try_broker, broker_why, &bopen);
     if (rc != 0) {
         /* Stopped while waiting for the broker: nothing was claimed. */
-        if (rc == ACEMQ_EIO && stop_requested) return ACEMQ_CLI_OK;
+        if (rc == ACEMQ_EIO && acemq__cli_stop_requested) return ACEMQ_CLI_OK;
         fprintf(stderr, "acemq relay: broker: %s\n", acemq_broker_errmsg(NULL));
         return ACEMQ_CLI_FAIL;
     }
@@ -237,7 +214,7 @@ int acemq__cli_relay(int argc, char **argv)
         }
     }
     int status = ACEMQ_CLI_OK;
-    if (rc == 0) rc = acemq_relay_run(r, &stop_requested);
+    if (rc == 0) rc = acemq_relay_run(r, &acemq__cli_stop_requested);
     if (rc != 0) {
         fprintf(stderr, "acemq relay: %s\n", acemq_relay_errmsg(r));
         status = ACEMQ_CLI_FAIL;

@@ -7,6 +7,7 @@
  * lease renewed under a long handler. Against RabbitMQ and the shared
  * stores: tests/integration/test_consumer_*.c. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,8 +29,8 @@
 typedef struct world {
     acemq_idem *store;
     int effects[MAX_IDS]; /* by the number in the key "id-N" */
-    int runs;
-    int fail_first; /* fail this many runs of each id */
+    atomic_int runs;      /* polled by the test's thread while the handler runs */
+    int fail_first;       /* fail this many runs of each id */
     int fail_runs[MAX_IDS];
     int seen_failures[8]; /* m->failures of the runs, in order */
     int sleep_ms;         /* each run takes this long */
@@ -56,8 +57,8 @@ static int handler(void *ctx, acemq_consumer *c, const acemq_consumer_msg *m)
 {
     world *w = ctx;
     int n = id_number(m);
-    if (w->runs < 8) w->seen_failures[w->runs] = m->failures;
-    w->runs++;
+    int run = atomic_fetch_add(&w->runs, 1);
+    if (run < 8) w->seen_failures[run] = m->failures;
     if (w->sleep_ms) sleep_ms(w->sleep_ms);
     if (w->steal) {
         acemq_claim cl;
@@ -425,7 +426,7 @@ static void a_long_handler_keeps_its_lease(void **state)
     r.w.sleep_ms = 2700;
     publish(r.pub, "id-6", NULL);
     rig_start(&r);
-    for (int i = 0; i < 1000 && r.w.runs == 0; i++)
+    for (int i = 0; i < 1000 && atomic_load(&r.w.runs) == 0; i++)
         sleep_ms(5);
     sleep_ms(1500);
     acemq_claim cl;
