@@ -521,8 +521,10 @@ int acemq_idem_confirm_many(acemq_idem *h, size_t n, const acemq_idem_confirmati
         for (size_t i = 0; i < k; i++) {
             tokens[i] = c[lo + i].token;
             int rc = check_confirmation(h, &c[lo + i], lo + i, &ids[i], &results[i]);
+            /* A backend answers every element it is given; one it left
+             * unanswered would read as a store failure, never as done. */
+            status[lo + i] = rc != 0 ? rc : ACEMQ_EBACKEND;
             if (rc != 0) {
-                status[lo + i] = rc;
                 ids[i].len = 0;
                 continue;
             }
