@@ -513,7 +513,7 @@ int acemq_idem_confirm_many(acemq_idem *h, size_t n, const acemq_idem_confirmati
     const acemq__idem_methods *mt = h->methods;
     int many = mt->version >= 4 && mt->confirm_many;
     int64_t now = now_ms(h), expires = add_ms(now, h->opts.retention_ms);
-    acemq__bytes ids[MANY_CHUNK], results[MANY_CHUNK];
+    acemq__bytes ids[MANY_CHUNK] = {{0}}, results[MANY_CHUNK];
     uint64_t tokens[MANY_CHUNK];
     int confirmed = 0;
     for (size_t lo = 0; lo < n; lo += MANY_CHUNK) {
