@@ -15,10 +15,13 @@
  *                                          one such message per line of
  *                                          standard input, "ID BODY"
  *   amqp_tool count QUEUE                  prints the messages ready
+ *   amqp_tool state QUEUE                  prints "READY CONSUMERS"
  *   amqp_tool get QUEUE                    takes one message (acknowledged)
  *                                          and prints it as one JSON line:
  *                                          {"message_id", "routing_key",
- *                                          "body", "headers": {...}}; exit 3
+ *                                          "body", "headers": {...}}, the
+ *                                          headers as acemq's consumer
+ *                                          decodes them; exit 3
  *                                          when the queue is empty
  *   amqp_tool delete QUEUE...              deletes the queues (missing ones
  *                                          are no error)
@@ -36,6 +39,8 @@
 #include <amqp_framing.h>
 #include <amqp_tcp_socket.h>
 #include <jansson.h>
+
+#include "backends/amqp/amqp_self.h"
 
 static amqp_connection_state_t conn;
 
@@ -279,72 +284,33 @@ static int publish_lines(int argc, char **argv)
     return 0;
 }
 
-static int count(int argc, char **argv)
+/* count: the messages ready; state: "READY CONSUMERS". */
+static int count(int argc, char **argv, int with_consumers)
 {
     if (argc != 3) return usage();
     connect_broker();
     amqp_queue_declare_ok_t *ok =
         amqp_queue_declare(conn, 1, amqp_cstring_bytes(argv[2]), 1, 0, 0, 0, amqp_empty_table);
     die_reply(amqp_get_rpc_reply(conn), "queue.declare (passive)");
-    printf("%u\n", (unsigned)ok->message_count);
+    if (with_consumers)
+        printf("%u %u\n", (unsigned)ok->message_count, (unsigned)ok->consumer_count);
+    else
+        printf("%u\n", (unsigned)ok->message_count);
     disconnect();
     return 0;
 }
 
-static json_t *field_json(const amqp_field_value_t *v);
-
-static json_t *table_json(const amqp_table_t *t)
+/* The headers as acemq's consumer decodes them (backends/amqp/headers.c). */
+static json_t *headers_json(const amqp_basic_properties_t *p)
 {
-    json_t *o = json_object();
-    for (int i = 0; i < t->num_entries; i++) {
-        char key[256];
-        const amqp_bytes_t k = t->entries[i].key;
-        snprintf(key, sizeof key, "%.*s", (int)k.len, (const char *)k.bytes);
-        json_object_set_new(o, key, field_json(&t->entries[i].value));
-    }
-    return o;
-}
-
-static json_t *field_json(const amqp_field_value_t *v)
-{
-    switch (v->kind) {
-    case AMQP_FIELD_KIND_BOOLEAN:
-        return json_boolean(v->value.boolean);
-    case AMQP_FIELD_KIND_I8:
-        return json_integer(v->value.i8);
-    case AMQP_FIELD_KIND_U8:
-        return json_integer(v->value.u8);
-    case AMQP_FIELD_KIND_I16:
-        return json_integer(v->value.i16);
-    case AMQP_FIELD_KIND_U16:
-        return json_integer(v->value.u16);
-    case AMQP_FIELD_KIND_I32:
-        return json_integer(v->value.i32);
-    case AMQP_FIELD_KIND_U32:
-        return json_integer(v->value.u32);
-    case AMQP_FIELD_KIND_I64:
-        return json_integer(v->value.i64);
-    case AMQP_FIELD_KIND_U64:
-    case AMQP_FIELD_KIND_TIMESTAMP:
-        return json_integer((json_int_t)v->value.u64);
-    case AMQP_FIELD_KIND_F32:
-        return json_real(v->value.f32);
-    case AMQP_FIELD_KIND_F64:
-        return json_real(v->value.f64);
-    case AMQP_FIELD_KIND_UTF8:
-    case AMQP_FIELD_KIND_BYTES:
-        return json_stringn_nocheck(v->value.bytes.bytes, v->value.bytes.len);
-    case AMQP_FIELD_KIND_ARRAY: {
-        json_t *a = json_array();
-        for (int i = 0; i < v->value.array.num_entries; i++)
-            json_array_append_new(a, field_json(&v->value.array.entries[i]));
-        return a;
-    }
-    case AMQP_FIELD_KIND_TABLE:
-        return table_json(&v->value.table);
-    default:
-        return json_null();
-    }
+    char *text = NULL;
+    int attempts;
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG) ||
+        acemq__amqp_headers_json(&p->headers, &text, &attempts) != 0)
+        return json_object();
+    json_t *h = json_loads(text, 0, NULL);
+    free(text);
+    return h ? h : json_object();
 }
 
 static int get(int argc, char **argv)
@@ -369,9 +335,7 @@ static int get(int argc, char **argv)
         json_object_set_new(out, "message_id",
                             json_stringn_nocheck(p->message_id.bytes, p->message_id.len));
     json_object_set_new(out, "body", json_stringn_nocheck(m.body.bytes, m.body.len));
-    json_object_set_new(out, "headers",
-                        (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? table_json(&p->headers)
-                                                              : json_object());
+    json_object_set_new(out, "headers", headers_json(p));
     char *text = json_dumps(out, JSON_COMPACT | JSON_SORT_KEYS);
     puts(text ? text : "{}");
     free(text);
@@ -406,7 +370,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "bind") == 0) return bind_queue(argc, argv);
     if (strcmp(cmd, "publish") == 0) return publish(argc, argv);
     if (strcmp(cmd, "publish-lines") == 0) return publish_lines(argc, argv);
-    if (strcmp(cmd, "count") == 0) return count(argc, argv);
+    if (strcmp(cmd, "count") == 0) return count(argc, argv, 0);
+    if (strcmp(cmd, "state") == 0) return count(argc, argv, 1);
     if (strcmp(cmd, "get") == 0) return get(argc, argv);
     if (strcmp(cmd, "delete") == 0) return delete_queues(argc, argv);
     return usage();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# inbox_kill.sh INBOX_CONSUMER AMQP_TOOL QUEUE_STATE — the inbox under
+# inbox_kill.sh INBOX_CONSUMER AMQP_TOOL — the inbox under
 # kill -9 (issue 40, Tests): examples/inbox_consumer.c, whose effect (a row
 # in `applied`) and confirmation commit in one SQLite transaction, killed at
 # random points many times, leaves every message's effect exactly once and
@@ -24,8 +24,7 @@
 #   the queue has no consumer and 0 messages ready.
 #
 # AMQP_TOOL (tests/integration/amqp_tool.c) declares, publishes and
-# deletes; QUEUE_STATE (tests/integration/amqp_queue_state.c) says a
-# queue's messages ready and consumers; the sqlite3 command reads the
+# deletes, and says a queue's messages ready and consumers; the sqlite3 command reads the
 # database. The queue's name carries the pid and a random part and the
 # files live in a fresh temporary directory, both removed at the end.
 # Every wait is on a condition, bounded generously (minutes); nothing
@@ -34,13 +33,12 @@
 # Exit status: 0 passed, 1 failed (the reason and the consumer's log are
 # printed), 2 usage, 77 skipped.
 set -u
-if [ $# -ne 3 ]; then
-    echo "usage: $0 INBOX_CONSUMER AMQP_TOOL QUEUE_STATE" >&2
+if [ $# -ne 2 ]; then
+    echo "usage: $0 INBOX_CONSUMER AMQP_TOOL" >&2
     exit 2
 fi
 consumer=$1
 tool=$2
-qstate=$3
 if [ -z "${ACEMQ_AMQP_URL:-}" ]; then
     echo "inbox_kill: SKIPPED: ACEMQ_AMQP_URL is not set (scripts/services.sh start rabbitmq)"
     exit 77
@@ -99,8 +97,8 @@ wait_until() {
     done
 }
 
-# The queue's "READY CONSUMERS" (amqp_queue_state); ready and consumers.
-state() { "$qstate" "$q"; }
+# The queue's "READY CONSUMERS" (amqp_tool state); ready and consumers.
+state() { "$tool" state "$q"; }
 ready() {
     local s
     s=$(state) || return 1
