@@ -12,6 +12,7 @@ packages=(
   libjansson-dev              # outbox headers as a JSON object (and, for the relay, back)
   libmicrohttpd-dev           # acemq relay --metrics: the Prometheus endpoint
   libcmocka-dev               # the test framework
+  libyaml-dev                 # acemq route: route files
   libhiredis-dev redis-server # the Redis peer in the benchmarks
   rabbitmq-server librabbitmq-dev # the relay's AMQP 0-9-1 broker (rabbitmq-c), and the server its tests run against
   clang-format clang-tidy cppcheck # the style and lint checks CI runs
