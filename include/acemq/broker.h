@@ -142,7 +142,8 @@ ACEMQ_EXTERN void acemq_broker_stop_waiting(acemq_broker *b);
  *
  * A delivery is one message the broker handed over and waits to hear about.
  * It belongs to the caller (acemq_delivery_free) and is settled once, by
- * acemq_broker_ack or acemq_broker_reject on the handle that delivered it.
+ * acemq_broker_ack, acemq_broker_ack_many or acemq_broker_reject on the
+ * handle that delivered it.
  * tag names it to the handle, not to the broker: it carries which connection
  * delivered it, so a delivery from a connection since lost is refused
  * (ACEMQ_ESTALE, nothing sent) instead of settling another message that
@@ -197,6 +198,23 @@ ACEMQ_EXTERN int acemq_broker_next(acemq_broker *b, int timeout_ms, acemq_delive
  * deliveries in hand stay valid), ACEMQ_EIO (the connection failed while
  * sending; d is then stale). */
 ACEMQ_EXTERN int acemq_broker_ack(acemq_broker *b, const acemq_delivery *d);
+
+/* Acknowledges d[0..n) at once: what acemq_broker_ack on each would do,
+ * judged per delivery by the same rules, in one write to the broker. When
+ * the deliveries acknowledged are every one in hand up to the highest tag
+ * among them, that is a single basic.ack with multiple set; else one
+ * basic.ack each, written together. status[i] (status NULL: not wanted)
+ * gets d[i]'s answer as acemq_broker_ack would give it: 0 (sent),
+ * ACEMQ_ESTALE (came on a connection or channel since lost: nothing sent
+ * for it), ACEMQ_EINVAL (NULL, settled already, named earlier in d, or not
+ * this handle's: nothing sent for it, and the others go on), ACEMQ_EIO
+ * (the connection failed while sending; it is then stale). Returns 0 when
+ * every status is 0 (n 0 included); else ACEMQ_EIO when the connection
+ * failed, else the first refused delivery's error; acemq_broker_errmsg has
+ * the last error's text. ACEMQ_EINVAL with no status written: b, or d with
+ * n above 0, NULL. */
+ACEMQ_EXTERN int acemq_broker_ack_many(acemq_broker *b, const acemq_delivery *const *d, size_t n,
+                                       int *status);
 
 /* requeue 1: back to the queue (basic.nack with requeue), delivered again
  * with redelivered set; 0: to the queue's dead-letter exchange

@@ -99,6 +99,7 @@ void acemq_broker_close(acemq_broker *b)
     if (!b) return;
     if (b->methods) b->methods->close(b);
     free(b->held);
+    free(b->ack_tags);
     free(b);
 }
 

@@ -16,7 +16,7 @@
 #include "acemq/broker.h"
 #include "core/registry.h"
 
-#define ACEMQ__BROKER_METHODS_VERSION 3
+#define ACEMQ__BROKER_METHODS_VERSION 4
 
 typedef struct acemq__broker_methods {
     int version;
@@ -48,6 +48,16 @@ typedef struct acemq__broker_methods {
     int (*consume)(acemq_broker *b, const char *queue, int prefetch);
     int (*next)(acemq_broker *b, int timeout_ms, acemq_delivery **out);
     int (*settle)(acemq_broker *b, uint64_t tag, int how);
+    /* Version 4: acknowledges tags[0..n) (n >= 1, ascending, each a tag of
+     * the current generation handed out and not settled, as settle gets
+     * them) in one write. multiple 1: they are every tag in hand up to
+     * tags[n - 1], and one basic.ack with multiple set on tags[n - 1]
+     * settles them all; 0: one basic.ack each. 0 when sent, or an error
+     * with its text on b: ACEMQ_ESTALE (no consumer now: nothing sent),
+     * ACEMQ_EIO (the connection failed while sending and is dropped; what
+     * reached the broker is acknowledged, the rest comes again). NULL: the
+     * core acknowledges through settle, one tag at a time. */
+    int (*ack_many)(acemq_broker *b, const uint64_t *tags, size_t n, int multiple);
 } acemq__broker_methods;
 
 enum acemq__settle { ACEMQ__ACK = 0, ACEMQ__REQUEUE, ACEMQ__REJECT };
@@ -85,6 +95,12 @@ struct acemq_broker {
     uint64_t *held;
     size_t n_held, cap_held;
     uint32_t held_gen;
+    /* acemq_broker_ack_many's scratch (the tags it sends, ascending) and
+     * how many times it sent one basic.ack with multiple set
+     * (acemq__broker_multiple_acks). */
+    uint64_t *ack_tags;
+    size_t cap_ack_tags;
+    uint64_t multiple_acks;
 };
 
 int acemq__broker_fail(acemq_broker *b, int code, const char *fmt, ...)

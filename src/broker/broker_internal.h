@@ -17,4 +17,8 @@ void acemq__broker_watch_stop(acemq_broker *b, volatile sig_atomic_t *flag);
 void acemq__broker_watch_blocked(acemq_broker *b,
                                  void (*fn)(void *ctx, int blocked, const char *reason), void *ctx);
 
+/* How many times acemq_broker_ack_many acknowledged with one basic.ack
+ * with multiple set, over b's life: tests see the batch path taken. */
+uint64_t acemq__broker_multiple_acks(const acemq_broker *b);
+
 #endif

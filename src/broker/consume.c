@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "broker/broker_backend.h"
+#include "broker/broker_internal.h"
 
 #define TAG_MASK ((UINT64_C(1) << ACEMQ__TAG_BITS) - 1)
 #define GEN_MASK UINT64_C(0xFFFF)
@@ -181,9 +182,10 @@ int acemq_broker_next(acemq_broker *b, int timeout_ms, acemq_delivery **out)
     return 0;
 }
 
-static int settle(acemq_broker *b, const acemq_delivery *d, int how)
+/* Takes d's tag off the list of those in hand, as settling it does: 0, or
+ * why d cannot be settled (ACEMQ_ESTALE, ACEMQ_EINVAL; nothing taken). */
+static int take(acemq_broker *b, const acemq_delivery *d)
 {
-    if (!b) return ACEMQ_EINVAL;
     if (!d) return acemq__broker_fail(b, ACEMQ_EINVAL, "delivery must not be NULL");
     if (!b->consuming) return not_consuming(b);
     uint64_t gen = d->tag >> ACEMQ__TAG_BITS;
@@ -201,7 +203,14 @@ static int settle(acemq_broker *b, const acemq_delivery *d, int how)
                                   "delivered by this handle: nothing sent",
                                   d->message_id ? d->message_id : "(no message id)",
                                   (unsigned long long)(d->tag & TAG_MASK));
-    return b->methods->settle(b, d->tag & TAG_MASK, how);
+    return 0;
+}
+
+static int settle(acemq_broker *b, const acemq_delivery *d, int how)
+{
+    if (!b) return ACEMQ_EINVAL;
+    int rc = take(b, d);
+    return rc ? rc : b->methods->settle(b, d->tag & TAG_MASK, how);
 }
 
 int acemq_broker_ack(acemq_broker *b, const acemq_delivery *d)
@@ -212,4 +221,78 @@ int acemq_broker_ack(acemq_broker *b, const acemq_delivery *d)
 int acemq_broker_reject(acemq_broker *b, const acemq_delivery *d, int requeue)
 {
     return settle(b, d, requeue ? ACEMQ__REQUEUE : ACEMQ__REJECT);
+}
+
+/* Room for n tags in b->ack_tags: 0, or -1 when out of memory. */
+static int reserve_ack_tags(acemq_broker *b, size_t n)
+{
+    if (n <= b->cap_ack_tags) return 0;
+    if (n > SIZE_MAX / sizeof *b->ack_tags) return -1;
+    uint64_t *tags = realloc(b->ack_tags, n * sizeof *tags);
+    if (!tags) return -1;
+    b->ack_tags = tags;
+    b->cap_ack_tags = n;
+    return 0;
+}
+
+static int tag_order(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, c = *(const uint64_t *)y;
+    return (a > c) - (a < c);
+}
+
+/* Ascending, as ack_many gets them; a caller's batch mostly is already. */
+static void sort_tags(uint64_t *tags, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        if (tags[i - 1] > tags[i]) {
+            qsort(tags, n, sizeof *tags, tag_order);
+            return;
+        }
+}
+
+/* Why multiple is safe. A basic.ack with multiple set on tag t settles
+ * every delivery of the channel up to t that is not settled yet. The
+ * broker numbers deliveries in the order it sends them, so those are the
+ * ones the handle handed out below t and not settled since, which is
+ * b->held, and none it has not handed out yet (they come after t). With
+ * the batch's tags taken off b->held first, multiple settles exactly the
+ * batch when b->held has nothing below the batch's highest tag. */
+int acemq_broker_ack_many(acemq_broker *b, const acemq_delivery *const *d, size_t n, int *status)
+{
+    if (!b) return ACEMQ_EINVAL;
+    if (n && !d) return acemq__broker_fail(b, ACEMQ_EINVAL, "deliveries must not be NULL");
+    const acemq__broker_methods *m = b->methods;
+    /* Without the slot, or without room to gather the tags, each goes on
+     * its own: slower, never wrong. */
+    int together = b->consuming && m->version >= 4 && m->ack_many && reserve_ack_tags(b, n) == 0;
+    size_t k = 0;
+    int first = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = take(b, d[i]);
+        if (rc == 0 && together)
+            b->ack_tags[k++] = d[i]->tag & TAG_MASK;
+        else if (rc == 0)
+            rc = m->settle(b, d[i]->tag & TAG_MASK, ACEMQ__ACK);
+        if (status) status[i] = rc;
+        if (rc != 0 && (first == 0 || rc == ACEMQ_EIO)) first = rc;
+    }
+    if (k == 0) return first;
+    sort_tags(b->ack_tags, k);
+    uint64_t top = b->ack_tags[k - 1];
+    int multiple = k > 1 && (b->n_held == 0 || b->held[0] > top);
+    int rc = m->ack_many(b, b->ack_tags, k, multiple);
+    if (rc == 0) {
+        if (multiple) b->multiple_acks++;
+        return first;
+    }
+    /* The send failed: every delivery it carried answers its error. */
+    for (size_t i = 0; status && i < n; i++)
+        if (status[i] == 0) status[i] = rc;
+    return rc;
+}
+
+uint64_t acemq__broker_multiple_acks(const acemq_broker *b)
+{
+    return b ? b->multiple_acks : 0;
 }

@@ -55,6 +55,8 @@ void acemq_consumer_close(acemq_consumer *c)
         free(c->held[i].why);
     }
     free(c->held);
+    for (size_t i = 0; i < c->n_acks; i++)
+        acemq_delivery_free(c->acks[i]); /* run flushes them; a close without one ends here */
     acemq_broker_close(c->in);
     acemq_broker_close(c->out);
     pthread_mutex_destroy(&c->stats_lock);

@@ -51,6 +51,10 @@ typedef struct acemq__keeper {
     size_t n;
 } acemq__keeper;
 
+/* The most deliveries settled together: one claim call and one confirm
+ * call for all of them (the store's batch calls take 64 at a time). */
+#define ACEMQ__BATCH_MAX 64
+
 struct acemq_consumer {
     acemq_consumer_options opts;
     acemq_broker_options broker_opts;
@@ -60,6 +64,10 @@ struct acemq_consumer {
     acemq_broker *out; /* publishes retries and dead letters; opened when first needed */
     acemq__held *held;
     size_t n_held, cap_held;
+    /* Deliveries to acknowledge, in the order their acks were decided:
+     * sent together by acemq__consumer_flush_acks. */
+    acemq_delivery *acks[ACEMQ__BATCH_MAX];
+    size_t n_acks;
     acemq__keeper keeper;
     atomic_int stop_requested;
     /* The message in the handler's hands: its confirm and its reason. */
@@ -72,10 +80,6 @@ struct acemq_consumer {
     acemq_consumer_stats stats;
     char errmsg[512];
 };
-
-/* The most deliveries settled together: one claim call and one confirm
- * call for all of them (the store's batch calls take 64 at a time). */
-#define ACEMQ__BATCH_MAX 64
 
 /* deliver.c: settles ds[0..n) (n <= ACEMQ__BATCH_MAX) one way or another;
  * each is then owned by the held list or freed. An error only for a broken
@@ -108,8 +112,14 @@ int acemq__consumer_retry(acemq_consumer *c, acemq_delivery *d, int failures, co
  * the handler (deliver.c). */
 int acemq__consumer_dead_letter(acemq_consumer *c, acemq_delivery *d, const char *why,
                                 int failures);
-/* Acknowledges d and frees it; a stale delivery is only freed. */
+/* Takes d to be acknowledged with the others of its batch at the next
+ * flush, which frees it (a stale delivery is only freed). An error only for
+ * a broken connection, from a flush the list needed to make room. */
 int acemq__consumer_ack(acemq_consumer *c, acemq_delivery *d);
+/* Acknowledges the deliveries taken by acemq__consumer_ack, in one write
+ * (acemq_broker_ack_many), and frees them: an error only for a broken
+ * connection. */
+int acemq__consumer_flush_acks(acemq_consumer *c);
 /* Gives d back to the queue and frees it. */
 int acemq__consumer_requeue(acemq_consumer *c, acemq_delivery *d);
 

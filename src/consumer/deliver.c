@@ -2,8 +2,9 @@
  * ACEMQ__BATCH_MAX), from their keys to their settlement: the audit, one
  * claim call for the batch, the handlers in delivery order with the lease
  * keeper renewing every claim, one confirm call for the batch, then
- * acknowledge; or release and retry, hold, dead-letter. A batch costs the
- * store two round trips (two commits), not two per message.
+ * acknowledge, the whole batch's acks in one write at the end; or release
+ * and retry, hold, dead-letter. A batch costs the store two round trips
+ * (two commits), not two per message.
  *
  * Nothing is acknowledged before the store has the message confirmed (or
  * confirmed already), and nothing unconfirmed is acknowledged except when
@@ -36,6 +37,7 @@ typedef struct item {
     int status;      /* try_claim's answer */
     int slot;        /* the keeper's, while claimed */
     size_t same_key; /* SAME_KEY: the earlier item that claimed this key */
+    int confirmed;   /* the store confirmed this item's claim: it ended processed */
     acemq_claim claim;
 } item;
 
@@ -191,6 +193,7 @@ static int stale(acemq_consumer *c, item *it)
 
 static int processed(acemq_consumer *c, item *it)
 {
+    it->confirmed = 1;
     acemq__consumer_count(c, &c->stats.processed);
     if (c->opts.verbose) acemq__consumer_log(c, "processed", "key", it->key, NULL, NULL);
     return ack(c, it);
@@ -407,11 +410,12 @@ int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery **ds, size_t n)
     for (size_t i = 0; i < n; i++) {
         item *x = &it[i];
         if (x->state != SAME_KEY) continue;
-        /* The earlier one's ack was for a confirmed claim exactly when it
-         * ended processed; the store is asked rather than remembered. */
-        int confirmed = acemq_idem_is_confirmed(c->store, x->key, x->m.key_len) == 1;
+        /* The key is confirmed exactly when the earlier item ended
+         * processed: its confirm succeeded moments ago, in this batch. A
+         * store that can forget (a bounded memory store) might answer
+         * otherwise now, and hold a message whose effect has happened. */
         audit_forget(c, x); /* the earlier item's bit stands for the key */
-        if (confirmed) {
+        if (it[x->same_key].confirmed) {
             keep(&rc, duplicate(c, x, NULL, 0));
         } else {
             acemq__consumer_count(c, &c->stats.in_progress);
@@ -422,6 +426,7 @@ int acemq__consumer_deliver(acemq_consumer *c, acemq_delivery **ds, size_t n)
         free(it[i].key);
         json_decref(it[i].origin);
     }
+    keep(&rc, acemq__consumer_flush_acks(c));
     return rc;
 }
 

@@ -76,7 +76,8 @@ static int release_due(acemq_consumer *c, int all)
         free(h.why);
     }
     c->n_held = keep;
-    return rc;
+    int flushed = acemq__consumer_flush_acks(c);
+    return rc ? rc : flushed;
 }
 
 /* How long next may wait: until the first held delivery is due, at most

@@ -2,6 +2,14 @@
  * given back to the queue, published back for another attempt, or sent to
  * the dead-letter exchange. Each takes the delivery and frees it.
  *
+ * Acknowledgements wait in a list until the batch that decided them is
+ * settled, and then go to the broker together (one write, one basic.ack
+ * for them all where the tags allow): one system call and one frame for a
+ * batch instead of one each. Each is decided only once its message is
+ * confirmed (or moved on as a confirmed copy), so the wait is safe: a
+ * connection lost meanwhile voids them as it voids any ack not yet sent,
+ * and the store answers the redelivery as a duplicate.
+ *
  * A copy published back or dead-lettered is acknowledged only once the
  * broker confirmed the copy, so a message is never lost between the two;
  * a crash in between leaves both, a duplicate the store absorbs. A copy
@@ -31,7 +39,21 @@ static int settled(acemq_consumer *c, acemq_delivery *d, int rc, const char *doi
 
 int acemq__consumer_ack(acemq_consumer *c, acemq_delivery *d)
 {
-    return settled(c, d, acemq_broker_ack(c->in, d), "ack_failed");
+    int rc = 0;
+    if (c->n_acks == ACEMQ__BATCH_MAX) rc = acemq__consumer_flush_acks(c);
+    c->acks[c->n_acks++] = d;
+    return rc;
+}
+
+int acemq__consumer_flush_acks(acemq_consumer *c)
+{
+    int status[ACEMQ__BATCH_MAX] = {0};
+    size_t n = c->n_acks;
+    c->n_acks = 0;
+    int rc = acemq_broker_ack_many(c->in, (const acemq_delivery *const *)c->acks, n, status);
+    for (size_t i = 0; i < n; i++)
+        (void)settled(c, c->acks[i], rc == 0 ? 0 : status[i], "ack_failed");
+    return rc == ACEMQ_EIO ? rc : 0;
 }
 
 int acemq__consumer_requeue(acemq_consumer *c, acemq_delivery *d)

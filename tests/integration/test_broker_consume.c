@@ -3,7 +3,8 @@
  * and 1 MiB bodies, headers of every field type, a message with no
  * properties), acks empty the queue, rejects requeue or dead-letter, the
  * prefetch holds, a second ack of one delivery is refused without costing
- * the channel, a cut connection voids the deliveries in hand and gives
+ * the channel, acemq_broker_ack_many acks exactly what it names (one
+ * multiple ack when it may), a cut connection voids the deliveries in hand and gives
  * them back, a silent broker is noticed by heartbeats, and a deleted or
  * missing queue is a clear error.
  *
@@ -27,6 +28,7 @@
 #include <amqp_framing.h>
 
 #include "acemq/broker.h"
+#include "broker/broker_internal.h"
 #include "integration/broker_amqp_fixture.h"
 #include "integration/tcp_proxy.h"
 
@@ -500,6 +502,100 @@ static void cut_connection_voids_deliveries_and_redelivers(void **state)
     drop_queue(q);
 }
 
+/* acemq_broker_ack_many on RabbitMQ: with a delivery held below the
+ * batch's highest tag, one ack each, and the held one stays unacked (were
+ * it acked by a multiple ack, acking it again would cost the channel:
+ * 406); with every delivery in hand below the highest, one ack with
+ * multiple set, after which nothing is left unacked. */
+static void ack_many_acks_what_it_names(void **state)
+{
+    (void)state;
+    char q[160];
+    qname(q, sizeof q, "many");
+    declare(q, NULL);
+    publish_n(q, "m", 6);
+    acemq_broker *c = consumer_at(broker_url, q, 10, 30);
+    acemq_delivery *d[6];
+    for (int i = 0; i < 6; i++)
+        d[i] = must_next(c);
+    assert_int_equal(acemq_broker_reject(c, d[1], 1), 0); /* tag 2 back to the queue */
+    const acemq_delivery *below[3] = {d[4], d[0], d[2]};  /* tag 4 held below 5 */
+    int status[4] = {-1, -1, -1, -1};
+    assert_int_equal(acemq_broker_ack_many(c, below, 3, status), 0);
+    assert_int_equal(status[0] + status[1] + status[2], 0);
+    assert_int_equal(acemq__broker_multiple_acks(c), 0);
+    assert_int_equal(acemq_broker_ack_many(c, (const acemq_delivery *const *)&d[3], 1, status), 0);
+    acemq_delivery *again = must_next(c); /* m1, redelivered; left unsettled, as m5 */
+    assert_string_equal(again->message_id, "m1");
+    assert_int_equal(again->redelivered, 1);
+    acemq_delivery *none = NULL;
+    /* A 406 would arrive here as ACEMQ_EBACKEND. */
+    assert_int_equal(acemq_broker_next(c, 500, &none), ACEMQ_ENOENT);
+    acemq_broker_close(c);
+    assert_int_equal(ready(q), 2);
+    for (int i = 0; i < 6; i++)
+        acemq_delivery_free(d[i]);
+    acemq_delivery_free(again);
+
+    c = consumer_at(broker_url, q, 10, 30);
+    acemq_delivery *e[2] = {must_next(c), must_next(c)};
+    assert_int_equal(acemq_broker_ack_many(c, (const acemq_delivery *const *)e, 2, status), 0);
+    assert_int_equal(status[0] + status[1], 0);
+    assert_int_equal(acemq__broker_multiple_acks(c), 1);
+    assert_int_equal(acemq_broker_ack_many(c, (const acemq_delivery *const *)e, 2, status),
+                     ACEMQ_EINVAL); /* settled already: refused, nothing sent */
+    assert_int_equal(acemq_broker_next(c, 500, &none), ACEMQ_ENOENT);
+    acemq_broker_close(c);
+    assert_int_equal(ready(q), 0);
+    acemq_delivery_free(e[0]);
+    acemq_delivery_free(e[1]);
+    drop_queue(q);
+}
+
+/* ack_many after a cut: the old connection's deliveries are stale (nothing
+ * sent, though their numbers are the new channel's too), the new ones in
+ * the same call are acknowledged, by one multiple ack. */
+static void ack_many_after_a_cut(void **state)
+{
+    (void)state;
+    char q[160], url[512];
+    qname(q, sizeof q, "many-cut");
+    declare(q, NULL);
+    publish_n(q, "k", 3);
+    proxy_url(url, sizeof url);
+    acemq_broker *c = consumer_at(url, q, 10, 30);
+    acemq_delivery *old[3];
+    for (int i = 0; i < 3; i++)
+        old[i] = must_next(c);
+    tcp_proxy_cut();
+    acemq_delivery *d = NULL;
+    assert_int_equal(acemq_broker_next(c, 10000, &d), ACEMQ_EIO);
+    int status[4] = {-1, -1, -1, -1};
+    assert_int_equal(acemq_broker_ack_many(c, (const acemq_delivery *const *)old, 3, status),
+                     ACEMQ_ESTALE);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(status[i], ACEMQ_ESTALE);
+    acemq_delivery *fresh[3];
+    for (int i = 0; i < 3; i++) {
+        fresh[i] = must_next(c);
+        assert_int_equal(fresh[i]->redelivered, 1);
+    }
+    const acemq_delivery *mixed[4] = {fresh[0], old[0], fresh[1], fresh[2]};
+    assert_int_equal(acemq_broker_ack_many(c, mixed, 4, status), ACEMQ_ESTALE);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[1], ACEMQ_ESTALE);
+    assert_int_equal(status[2] + status[3], 0);
+    assert_int_equal(acemq__broker_multiple_acks(c), 1);
+    assert_int_equal(acemq_broker_next(c, 500, &d), ACEMQ_ENOENT);
+    acemq_broker_close(c);
+    assert_int_equal(ready(q), 0);
+    for (int i = 0; i < 3; i++) {
+        acemq_delivery_free(old[i]);
+        acemq_delivery_free(fresh[i]);
+    }
+    drop_queue(q);
+}
+
 /* A broker that goes silent (the proxy stops forwarding) is noticed by the
  * heartbeat: next ends with ACEMQ_EIO well before its own timeout, and the
  * handle consumes again once the path is back. */
@@ -593,6 +689,8 @@ int main(void)
         cmocka_unit_test(prefetch_is_honoured),
         cmocka_unit_test(second_ack_is_refused_and_the_channel_stays),
         cmocka_unit_test(cut_connection_voids_deliveries_and_redelivers),
+        cmocka_unit_test(ack_many_acks_what_it_names),
+        cmocka_unit_test(ack_many_after_a_cut),
         cmocka_unit_test(silent_broker_is_noticed_by_heartbeats),
         cmocka_unit_test(deleted_or_missing_queue_is_a_clear_error),
     };

@@ -22,6 +22,8 @@
 
 #include "acemq/consumer.h"
 #include "backends/test_control.h"
+#include "broker/broker_internal.h"
+#include "consumer/consumer_internal.h"
 
 #define MAX_IDS 256
 
@@ -231,6 +233,47 @@ static void each_id_takes_effect_once(void **state)
     size_t ready, held;
     depth(r.pub, "q", &ready, &held);
     assert_int_equal(ready + held, 0);
+    /* Whole batches in hand, nothing held: acknowledged by one multiple ack each. */
+    assert_true(acemq__broker_multiple_acks(r.c->in) > 0);
+    rig_end(&r);
+}
+
+/* One batch whose acknowledged deliveries interleave with held ones (their
+ * keys claimed elsewhere) and with a duplicate of an earlier delivery of the
+ * batch: the acks settle exactly the processed and the duplicate, the held
+ * stay in hand until the consumer stops, then go back to the queue. */
+static void acks_of_a_batch_leave_its_held_deliveries(void **state)
+{
+    (void)state;
+    rig r;
+    rig_init(&r, "interleaved");
+    r.o.in_progress_delay_ms = 60000;
+    acemq_claim cl;
+    assert_int_equal(acemq_idem_try_claim(r.store, "id-5", 4, NULL, &cl), ACEMQ_CLAIMED);
+    assert_int_equal(acemq_idem_try_claim(r.store, "id-6", 4, NULL, &cl), ACEMQ_CLAIMED);
+    const char *ids[] = {"id-1", "id-5", "id-2", "id-1", "id-6", "id-3"};
+    for (int i = 0; i < 6; i++)
+        publish(r.pub, ids[i], NULL);
+    rig_start(&r);
+    rig_drain(&r, 2); /* the batch's acks are sent after all its counting */
+    size_t ready, held;
+    depth(r.pub, "q", &ready, &held);
+    assert_int_equal(ready, 0);
+    assert_int_equal(held, 2);
+    acemq_consumer_stats s = stats_of(&r);
+    assert_int_equal(s.delivered, 6);
+    assert_int_equal(s.processed, 3);
+    assert_int_equal(s.duplicates, 1);
+    assert_int_equal(s.in_progress, 2);
+    for (int n = 1; n <= 3; n++)
+        assert_int_equal(r.w.effects[n], 1);
+    rig_stop(&r);
+    /* Held tags lay below the batch's highest: one ack each, no multiple. */
+    assert_int_equal(acemq__broker_multiple_acks(r.c->in), 0);
+    depth(r.pub, "q", &ready, &held);
+    assert_int_equal(ready, 2);
+    assert_int_equal(held, 0);
+    assert_int_equal(r.w.effects[5] + r.w.effects[6], 0);
     rig_end(&r);
 }
 
@@ -475,6 +518,7 @@ int main(void)
         cmocka_unit_test(a_message_without_a_key_never_runs_the_handler),
         cmocka_unit_test(a_header_key),
         cmocka_unit_test(in_progress_is_held_not_spun),
+        cmocka_unit_test(acks_of_a_batch_leave_its_held_deliveries),
         cmocka_unit_test(a_lost_lease_is_counted_stale),
         cmocka_unit_test(the_audit_answers_confirmed_duplicates),
         cmocka_unit_test(a_long_handler_keeps_its_lease),

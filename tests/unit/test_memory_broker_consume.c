@@ -2,7 +2,9 @@
  * on the in-process broker: every field of a delivery round-trips, acks
  * empty the queue, rejects requeue (redelivered set) or dead-letter, the
  * prefetch bounds what is in hand, and a lost connection voids the
- * deliveries in hand (ACEMQ_ESTALE, nothing settled) and gives them back.
+ * deliveries in hand (ACEMQ_ESTALE, nothing settled) and gives them back;
+ * acemq_broker_ack_many judges each delivery as ack does and uses one
+ * multiple ack exactly when nothing held lies below its highest tag.
  * The same contract runs against RabbitMQ in
  * tests/integration/test_broker_consume.c. */
 #include <pthread.h>
@@ -19,6 +21,7 @@
 
 #include "acemq/broker.h"
 #include "backends/test_control.h"
+#include "broker/broker_internal.h"
 
 static acemq_broker *open_named(const char *url)
 {
@@ -431,6 +434,171 @@ static void close_gives_back(void **state)
     teardown_fixture(&f);
 }
 
+/* ack_many over every delivery in hand, in any order: one basic.ack with
+ * multiple set settles them all, and the queue is empty. */
+static void ack_many_covering_all_in_hand_acks_with_multiple(void **state)
+{
+    (void)state;
+    fixture f = setup_queue("many-all", NULL, 10);
+    publish_n(f.pub, "ex", "a", 4);
+    acemq_delivery *d[4];
+    for (int i = 0; i < 4; i++)
+        d[i] = must_next(f.con);
+    const acemq_delivery *batch[4] = {d[2], d[0], d[3], d[1]};
+    int status[4] = {-1, -1, -1, -1};
+    assert_int_equal(acemq__broker_multiple_acks(f.con), 0);
+    assert_int_equal(acemq_broker_ack_many(f.con, batch, 4, status), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(status[i], 0);
+    assert_int_equal(acemq__broker_multiple_acks(f.con), 1);
+    assert_depth(f.pub, "q", 0, 0);
+    /* Each is settled now: a second ack of any is refused. */
+    assert_int_equal(acemq_broker_ack(f.con, d[1]), ACEMQ_EINVAL);
+    for (int i = 0; i < 4; i++)
+        acemq_delivery_free(d[i]);
+    /* Nothing else changed on the channel. */
+    publish_n(f.pub, "ex", "b", 1);
+    acemq_delivery *e = must_next(f.con);
+    assert_int_equal(acemq_broker_ack_many(f.con, (const acemq_delivery *const *)&e, 1, NULL), 0);
+    assert_int_equal(acemq__broker_multiple_acks(f.con), 1); /* one alone: a plain ack */
+    acemq_delivery_free(e);
+    assert_depth(f.pub, "q", 0, 0);
+    assert_none(f.con);
+    teardown_fixture(&f);
+}
+
+/* Tags that interleave with deliveries settled otherwise and with ones
+ * still held: multiple only when nothing held lies below the batch's
+ * highest tag, and the held ones stay in hand either way. */
+static void ack_many_leaves_held_deliveries_alone(void **state)
+{
+    (void)state;
+    fixture f = setup_queue("many-held", NULL, 10);
+    publish_n(f.pub, "ex", "h", 6);
+    acemq_delivery *d[6];
+    for (int i = 0; i < 6; i++)
+        d[i] = must_next(f.con);
+    assert_int_equal(acemq_broker_reject(f.con, d[1], 1), 0); /* tag 2: back to the queue */
+    /* Tag 4 held below the batch's highest: one ack each. */
+    const acemq_delivery *batch[3] = {d[0], d[2], d[4]};
+    int status[3];
+    assert_int_equal(acemq_broker_ack_many(f.con, batch, 3, status), 0);
+    assert_int_equal(status[0] + status[1] + status[2], 0);
+    assert_int_equal(acemq__broker_multiple_acks(f.con), 0);
+    assert_depth(f.pub, "q", 1, 2); /* h1 requeued; h3 and h5 in hand */
+    /* Tags 4 and 6 with nothing held below: multiple. */
+    const acemq_delivery *rest[2] = {d[5], d[3]};
+    assert_int_equal(acemq_broker_ack_many(f.con, rest, 2, status), 0);
+    assert_int_equal(acemq__broker_multiple_acks(f.con), 1);
+    assert_depth(f.pub, "q", 1, 0);
+    /* A batch below a held tag: multiple, and the held one stays. */
+    acemq_delivery *again = must_next(f.con); /* h1, redelivered */
+    assert_string_equal(again->message_id, "h1");
+    publish_n(f.pub, "ex", "k", 2);
+    acemq_delivery *k0 = must_next(f.con), *k1 = must_next(f.con);
+    const acemq_delivery *low[2] = {k0, again};
+    assert_int_equal(acemq_broker_ack_many(f.con, low, 2, status), 0);
+    assert_int_equal(acemq__broker_multiple_acks(f.con), 2);
+    assert_depth(f.pub, "q", 0, 1);
+    assert_int_equal(acemq_broker_reject(f.con, k1, 1), 0); /* still in hand: settles */
+    assert_depth(f.pub, "q", 1, 0);
+    acemq_delivery *k1b = must_next(f.con);
+    assert_string_equal(k1b->message_id, "k1");
+    assert_int_equal(k1b->redelivered, 1);
+    assert_int_equal(acemq_broker_ack(f.con, k1b), 0);
+    for (int i = 0; i < 6; i++)
+        acemq_delivery_free(d[i]);
+    acemq_delivery_free(again);
+    acemq_delivery_free(k0);
+    acemq_delivery_free(k1);
+    acemq_delivery_free(k1b);
+    assert_depth(f.pub, "q", 0, 0);
+    assert_none(f.con);
+    teardown_fixture(&f);
+}
+
+/* Each delivery judged as acemq_broker_ack judges it: NULL, settled
+ * already, named twice, made up: EINVAL for it alone, nothing sent for it,
+ * the others acknowledged; the return is the first refusal. */
+static void ack_many_refuses_each_bad_delivery_alone(void **state)
+{
+    (void)state;
+    fixture f = setup_queue("many-rules", NULL, 10);
+    publish_n(f.pub, "ex", "r", 4);
+    acemq_delivery *d[4];
+    for (int i = 0; i < 4; i++)
+        d[i] = must_next(f.con);
+    assert_int_equal(acemq_broker_ack(f.con, d[0]), 0);
+    acemq_delivery made_up = *d[3];
+    made_up.tag += 100;
+    const acemq_delivery *batch[6] = {d[1], NULL, d[0], d[2], d[1], &made_up};
+    int status[6] = {-1, -1, -1, -1, -1, -1};
+    assert_int_equal(acemq_broker_ack_many(f.con, batch, 6, status), ACEMQ_EINVAL);
+    int want[6] = {0, ACEMQ_EINVAL, ACEMQ_EINVAL, 0, ACEMQ_EINVAL, ACEMQ_EINVAL};
+    for (int i = 0; i < 6; i++)
+        if (status[i] != want[i])
+            fail_msg("status[%d] %s, expected %s", i, acemq_err_name(status[i]),
+                     acemq_err_name(want[i]));
+    assert_depth(f.pub, "q", 0, 1); /* r3 alone in hand: the channel stands */
+    assert_int_equal(acemq_broker_ack(f.con, d[3]), 0);
+    assert_depth(f.pub, "q", 0, 0);
+    /* Nothing to do, and the arguments. */
+    assert_int_equal(acemq_broker_ack_many(f.con, NULL, 0, NULL), 0);
+    assert_int_equal(acemq_broker_ack_many(f.con, NULL, 1, status), ACEMQ_EINVAL);
+    assert_int_equal(acemq_broker_ack_many(NULL, batch, 1, status), ACEMQ_EINVAL);
+    for (int i = 0; i < 4; i++)
+        acemq_delivery_free(d[i]);
+    assert_none(f.con);
+    teardown_fixture(&f);
+
+    /* A handle that does not consume has nothing to acknowledge. */
+    acemq_broker *b = open_named("memory:many-modes");
+    acemq_delivery fake = {0};
+    const acemq_delivery *one[1] = {&fake};
+    status[0] = -1;
+    assert_int_equal(acemq_broker_ack_many(b, one, 1, status), ACEMQ_EINVAL);
+    assert_int_equal(status[0], ACEMQ_EINVAL);
+    acemq_broker_close(b);
+}
+
+/* A lost connection: the deliveries it gave are stale (nothing sent, the
+ * broker gives them back), beside the new connection's, which are
+ * acknowledged. */
+static void ack_many_after_a_lost_connection(void **state)
+{
+    (void)state;
+    fixture f = setup_queue("many-lost", NULL, 10);
+    publish_n(f.pub, "ex", "l", 3);
+    acemq_delivery *old[3];
+    for (int i = 0; i < 3; i++)
+        old[i] = must_next(f.con);
+    acemq__memory_broker_cut(f.con);
+    int status[4] = {-1, -1, -1, -1};
+    assert_int_equal(acemq_broker_ack_many(f.con, (const acemq_delivery *const *)old, 3, status),
+                     ACEMQ_EIO); /* the handle learns of the cut here */
+    for (int i = 0; i < 3; i++)
+        assert_int_not_equal(status[i], 0);
+    assert_depth(f.pub, "q", 3, 0);
+    assert_int_equal(acemq_broker_ack_many(f.con, (const acemq_delivery *const *)old, 3, status),
+                     ACEMQ_ESTALE);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(status[i], ACEMQ_ESTALE);
+    acemq_delivery *fresh = must_next(f.con); /* reconnects: l0 again */
+    assert_string_equal(fresh->message_id, "l0");
+    assert_int_equal(fresh->redelivered, 1);
+    const acemq_delivery *mixed[4] = {old[0], fresh, old[1], old[2]};
+    assert_int_equal(acemq_broker_ack_many(f.con, mixed, 4, status), ACEMQ_ESTALE);
+    assert_int_equal(status[0], ACEMQ_ESTALE);
+    assert_int_equal(status[1], 0);
+    assert_int_equal(status[2], ACEMQ_ESTALE);
+    assert_int_equal(status[3], ACEMQ_ESTALE);
+    assert_depth(f.pub, "q", 2, 0);
+    for (int i = 0; i < 3; i++)
+        acemq_delivery_free(old[i]);
+    acemq_delivery_free(fresh);
+    teardown_fixture(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -443,6 +611,10 @@ int main(void)
         cmocka_unit_test(modes_and_arguments),
         cmocka_unit_test(next_waits_for_a_message),
         cmocka_unit_test(close_gives_back),
+        cmocka_unit_test(ack_many_covering_all_in_hand_acks_with_multiple),
+        cmocka_unit_test(ack_many_leaves_held_deliveries_alone),
+        cmocka_unit_test(ack_many_refuses_each_bad_delivery_alone),
+        cmocka_unit_test(ack_many_after_a_lost_connection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

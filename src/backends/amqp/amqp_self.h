@@ -132,6 +132,8 @@ int acemq__amqp_open_consumer(acemq_broker *b, amqp_self *s);
 int acemq__amqp_consume(acemq_broker *b, const char *queue, int prefetch);
 int acemq__amqp_next(acemq_broker *b, int timeout_ms, acemq_delivery **out);
 int acemq__amqp_settle(acemq_broker *b, uint64_t tag, int how);
+/* The slot of version 4: a batch's basic.acks in one write. */
+int acemq__amqp_ack_many(acemq_broker *b, const uint64_t *tags, size_t n, int multiple);
 
 /* ---- headers.c ---- */
 

@@ -652,6 +652,7 @@ static const acemq__broker_methods amqp_methods = {
     .consume = acemq__amqp_consume,
     .next = acemq__amqp_next,
     .settle = acemq__amqp_settle,
+    .ack_many = acemq__amqp_ack_many,
 };
 
 static int open_amqp(acemq_broker *b, const char *url)

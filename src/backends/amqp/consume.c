@@ -422,3 +422,32 @@ int acemq__amqp_settle(acemq_broker *b, uint64_t tag, int how)
         return lost(b, s, how == ACEMQ__ACK ? "basic.ack: " : "basic.nack: ", st, errno);
     return 0;
 }
+
+int acemq__amqp_ack_many(acemq_broker *b, const uint64_t *tags, size_t n, int multiple)
+{
+    amqp_self *s = b->self;
+    if (!s->conn || !s->consume_open)
+        return acemq__broker_fail(b, ACEMQ_ESTALE, "amqp: no consumer now: %zu tags are stale", n);
+    errno = 0;
+    if (multiple || n == 1) {
+        int st = amqp_basic_ack(s->conn, s->consume_channel, tags[n - 1], multiple);
+        return st == AMQP_STATUS_OK ? 0 : lost(b, s, "basic.ack: ", st, errno);
+    }
+    for (size_t i = 0; i < n; i++) {
+        amqp_basic_ack_t ack = {.delivery_tag = tags[i], .multiple = 0};
+        int st =
+            acemq__frames_add_method(&s->frames, s->consume_channel, AMQP_BASIC_ACK_METHOD, &ack);
+        if (st != AMQP_STATUS_OK) {
+            /* Nothing of the run went out: acked one at a time instead. */
+            s->frames.len = 0;
+            for (size_t j = 0; j < n; j++) {
+                int rc = acemq__amqp_settle(b, tags[j], ACEMQ__ACK);
+                if (rc) return rc;
+            }
+            return 0;
+        }
+    }
+    if (acemq__frames_write(&s->frames, amqp_get_sockfd(s->conn), b->opts.confirm_timeout_ms) != 0)
+        return lost(b, s, "basic.ack: ", AMQP_STATUS_SOCKET_ERROR, errno);
+    return 0;
+}

@@ -22,6 +22,9 @@
 
 #define FRAME_HEAD 7 /* type, channel, size */
 #define FRAME_TAIL 1 /* frame-end */
+/* AMQP's frame-min-size: every connection takes frames this long, whatever
+ * frame_max it agreed. */
+#define METHOD_FRAME_MAX 4096
 
 static void put16(unsigned char *p, uint16_t v)
 {
@@ -117,6 +120,21 @@ bad:
 no_memory:
     buf->len = start;
     return AMQP_STATUS_NO_MEMORY;
+}
+
+int acemq__frames_add_method(acemq__frame_buf *buf, amqp_channel_t ch, amqp_method_number_t id,
+                             void *args)
+{
+    size_t start = buf->len;
+    if (reserve(buf, METHOD_FRAME_MAX)) return AMQP_STATUS_NO_MEMORY;
+    unsigned char *p = buf->data + start + FRAME_HEAD;
+    put32(p, id);
+    int n = amqp_encode_method(
+        id, args,
+        (amqp_bytes_t){.len = METHOD_FRAME_MAX - FRAME_HEAD - FRAME_TAIL - 4, .bytes = p + 4});
+    if (n < 0) return AMQP_STATUS_BAD_AMQP_DATA;
+    close_frame(buf, start, AMQP_FRAME_METHOD, ch, 4 + (size_t)n);
+    return AMQP_STATUS_OK;
 }
 
 int acemq__frames_write(acemq__frame_buf *buf, int fd, int stall_ms)

@@ -1,5 +1,7 @@
-/* frames.h — basic.publish as wire frames in a buffer of our own, and
- * the buffer written to the connection's socket in one go (backends/amqp/broker.c).
+/* frames.h — basic.publish and basic.ack as wire frames in a buffer of our
+ * own, and the buffer written to the connection's socket in one go
+ * (backends/amqp/broker.c publishes, backends/amqp/consume.c acknowledges
+ * a consumer's batch).
  *
  * Why: rabbitmq-c's amqp_basic_publish writes each of a message's three
  * frames (method, content header, body) with a send() of its own. On
@@ -7,7 +9,9 @@
  * virtual machine a system call is dear: three per message would be most
  * of what the relay's publishing thread spends. The frames of a run of messages, encoded here with
  * rabbitmq-c's own encoders for the method and the properties, go out in
- * one write instead. rabbitmq-c writes nothing of its own between our runs
+ * one write instead, and so do a batch's acknowledgements, one frame each
+ * with a send() each through amqp_basic_ack. rabbitmq-c writes nothing of
+ * its own between our runs
  * but heartbeats, whole frames from the same thread, so the stream stays a
  * sequence of whole frames.
  */
@@ -33,6 +37,14 @@ typedef struct acemq__frame_buf {
 int acemq__frames_add_publish(acemq__frame_buf *buf, amqp_channel_t ch, size_t frame_max,
                               amqp_basic_publish_t *method, amqp_basic_properties_t *props,
                               amqp_bytes_t body);
+
+/* Appends one method frame without content on channel ch: the method id
+ * and args (rabbitmq-c's struct for it, e.g. amqp_basic_ack_t) encoded.
+ * AMQP_STATUS_OK, or a negative AMQP_STATUS_* with buf as it was: NO_MEMORY,
+ * or BAD_AMQP_DATA when the arguments do not fit the smallest frame AMQP
+ * allows (4,096 bytes). */
+int acemq__frames_add_method(acemq__frame_buf *buf, amqp_channel_t ch, amqp_method_number_t id,
+                             void *args);
 
 /* Writes buf's frames to fd whole, waiting while the socket is full, and
  * empties buf. 0, or -1 with errno set when the socket failed, or with

@@ -261,6 +261,7 @@ static const acemq__broker_methods memory_methods = {
     .consume = acemq__mem_consume,
     .next = acemq__mem_next,
     .settle = acemq__mem_settle,
+    .ack_many = acemq__mem_ack_many,
 };
 
 /* "memory:NAME" or "memory:NAME?unroutable=EXCHANGE": the parameter lets a

@@ -86,5 +86,6 @@ void acemq__mem_consumer_close(mem_handle *h);
 int acemq__mem_consume(acemq_broker *b, const char *queue, int prefetch);
 int acemq__mem_next(acemq_broker *b, int timeout_ms, acemq_delivery **out);
 int acemq__mem_settle(acemq_broker *b, uint64_t tag, int how);
+int acemq__mem_ack_many(acemq_broker *b, const uint64_t *tags, size_t n, int multiple);
 
 #endif

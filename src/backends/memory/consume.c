@@ -409,49 +409,104 @@ int acemq__mem_next(acemq_broker *b, int timeout_ms, acemq_delivery **out)
     return rc;
 }
 
+/* Why h cannot settle now, as RabbitMQ's answer would be: an error with
+ * its text (ACEMQ_EIO learning of a cut, ACEMQ_ESTALE with no consumer),
+ * else 0; *closed is set when the broker has closed the channel already,
+ * so that whatever is sent on it is ignored. Under the lock. */
+static int settle_check(acemq_broker *b, mem_handle *h, uint64_t tag, int *closed)
+{
+    *closed = 0;
+    if (h->cut) return check_connection(b, h); /* ACEMQ_EIO, learning of the cut */
+    if (h->down || !h->cq)
+        /* The generation moved when the handle learnt this, so the core
+         * lets no delivery's tag get here; a made-up tag might. */
+        return acemq__broker_fail(b, ACEMQ_ESTALE, "memory broker: no consumer: tag %llu is stale",
+                                  (unsigned long long)tag);
+    /* The channel is closed already: RabbitMQ ignores what follows on it,
+     * and the next call gives everything back. */
+    *closed = h->why[0] != '\0';
+    return 0;
+}
+
+/* The index of tag in h's hands, or h->n_un; with no such tag the broker
+ * closes the channel as RabbitMQ does over an unknown delivery tag, and the
+ * next call hears of it. The core refuses a tag it did not hand out or saw
+ * settled, so that is a backend's own mistake. */
+static size_t unacked_at(mem_handle *h, uint64_t tag)
+{
+    size_t i = 0;
+    while (i < h->n_un && h->un[i].tag != tag)
+        i++;
+    if (i == h->n_un)
+        (void)snprintf(h->why, sizeof h->why,
+                       "channel closed by the broker: 406 PRECONDITION_FAILED - unknown "
+                       "delivery tag %llu",
+                       (unsigned long long)tag);
+    return i;
+}
+
+/* Settles h->un[i] (how: acemq__settle) and takes it out of h's hands. */
+static int settle_at(acemq_broker *b, mem_handle *h, size_t i, int how)
+{
+    shared_broker *s = h->sh;
+    int rc = 0;
+    unacked u = h->un[i];
+    memmove(&h->un[i], &h->un[i + 1], (h->n_un - i - 1) * sizeof *h->un);
+    h->n_un--;
+    u.q->unacked--;
+    if (how == ACEMQ__REQUEUE && !u.q->deleted) {
+        u.m->redelivered = 1;
+        push_front(u.q, u.m);
+        (void)pthread_cond_broadcast(&s->arrived);
+        u.m = NULL;
+    } else if (how == ACEMQ__REJECT) {
+        rc = dead_letter(s, u.q, u.m);
+        if (rc) rc = acemq__broker_fail(b, rc, "out of memory");
+    }
+    free(u.m);
+    return rc;
+}
+
 int acemq__mem_settle(acemq_broker *b, uint64_t tag, int how)
 {
     mem_handle *h = b->self;
     shared_broker *s = h->sh;
     pthread_mutex_lock(&s->lock);
-    int rc = 0;
-    size_t i = 0;
-    while (i < h->n_un && h->un[i].tag != tag)
-        i++;
-    if (h->cut) {
-        rc = check_connection(b, h); /* ACEMQ_EIO, learning of the cut */
-    } else if (h->down || !h->cq) {
-        /* The generation moved when the handle learnt this, so the core
-         * lets no delivery's tag get here; a made-up tag might. */
-        rc = acemq__broker_fail(b, ACEMQ_ESTALE, "memory broker: no consumer: tag %llu is stale",
-                                (unsigned long long)tag);
-    } else if (h->why[0]) {
-        /* The channel is closed already: RabbitMQ ignores what follows on
-         * it, and the next call gives everything back. */
-    } else if (i == h->n_un) {
-        /* The core refuses a tag it did not hand out or saw settled, so
-         * this is a backend's own mistake; answered as RabbitMQ would: the
-         * broker closes the channel over the unknown tag, and the next call
-         * hears of it. */
-        (void)snprintf(h->why, sizeof h->why,
-                       "channel closed by the broker: 406 PRECONDITION_FAILED - unknown "
-                       "delivery tag %llu",
-                       (unsigned long long)tag);
-    } else {
-        unacked u = h->un[i];
-        memmove(&h->un[i], &h->un[i + 1], (h->n_un - i - 1) * sizeof *h->un);
-        h->n_un--;
-        u.q->unacked--;
-        if (how == ACEMQ__REQUEUE && !u.q->deleted) {
-            u.m->redelivered = 1;
-            push_front(u.q, u.m);
-            (void)pthread_cond_broadcast(&s->arrived);
-            u.m = NULL;
-        } else if (how == ACEMQ__REJECT) {
-            rc = dead_letter(s, u.q, u.m);
-            if (rc) rc = acemq__broker_fail(b, rc, "out of memory");
+    int closed;
+    int rc = settle_check(b, h, tag, &closed);
+    if (rc == 0 && !closed) {
+        size_t i = unacked_at(h, tag);
+        if (i < h->n_un) rc = settle_at(b, h, i, how);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* As RabbitMQ takes them: multiple acknowledges every delivery in hand up
+ * to tags[n - 1] (which must be in hand), whether named or not; else each
+ * tag is one basic.ack. */
+int acemq__mem_ack_many(acemq_broker *b, const uint64_t *tags, size_t n, int multiple)
+{
+    mem_handle *h = b->self;
+    shared_broker *s = h->sh;
+    pthread_mutex_lock(&s->lock);
+    int closed;
+    int rc = settle_check(b, h, tags[n - 1], &closed);
+    if (rc == 0 && !closed && multiple) {
+        uint64_t top = tags[n - 1];
+        if (unacked_at(h, top) < h->n_un) {
+            size_t i = 0;
+            while (i < h->n_un)
+                if (h->un[i].tag <= top)
+                    (void)settle_at(b, h, i, ACEMQ__ACK); /* an ack cannot fail */
+                else
+                    i++;
         }
-        free(u.m);
+    } else if (rc == 0 && !closed) {
+        for (size_t k = 0; k < n && !h->why[0]; k++) {
+            size_t i = unacked_at(h, tags[k]);
+            if (i < h->n_un) (void)settle_at(b, h, i, ACEMQ__ACK);
+        }
     }
     pthread_mutex_unlock(&s->lock);
     return rc;

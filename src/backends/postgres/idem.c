@@ -92,8 +92,15 @@ static int run(acemq_idem *h, int q, const params *in, PGresult **out)
     for (int attempt = 0;; attempt++) {
         int rc = acemq__pg_idem_ensure_connected(h);
         if (rc != 0) return rc;
-        PGresult *r = PQexecPrepared(p->conn, p->names[q], acemq__pg_idem_nparams[q], in->v,
-                                     in->len, in->fmt, 1);
+        /* A batch confirm joins the table with its arguments, and a plan
+         * cached while the table was small scans all of it once the table
+         * has grown: it is planned for each batch's own arguments (the
+         * planning costs a batch what one index probe costs each id). */
+        PGresult *r = q == PGQ_CONFIRM_MANY
+                          ? PQexecParams(p->conn, p->sql[q], acemq__pg_idem_nparams[q],
+                                         acemq__pg_idem_types[q], in->v, in->len, in->fmt, 1)
+                          : PQexecPrepared(p->conn, p->names[q], acemq__pg_idem_nparams[q], in->v,
+                                           in->len, in->fmt, 1);
         ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
         if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
             *out = r;
