@@ -76,7 +76,7 @@ sanitize: deps
 fuzz: deps
 	CC=clang cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=Debug -DACEMQ_BUILD_FUZZ=ON \
 	  -DACEMQ_BUILD_BENCH=OFF $(CMAKE_FLAGS)
-	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_audit_id
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_audit_id fuzz_route_expr fuzz_route_load
 	cd $(BUILD_FUZZ) && $(CTEST_STRICT) ctest --output-on-failure -L fuzz
 
 format:

@@ -27,6 +27,7 @@ int acemq__cli_relay(int argc, char **argv);
 int acemq__cli_outbox(int argc, char **argv);
 int acemq__cli_idem(int argc, char **argv);
 int acemq__cli_consume(int argc, char **argv);
+int acemq__cli_route(int argc, char **argv);
 
 /* Matches argv[*i] against option `name` ("--depth") given as "--depth VALUE"
  * or "--depth=VALUE". 0: not this option. 1: matched, *value set, *i moved past

@@ -15,6 +15,7 @@ static const acemq__cli_command commands[] = {
     {"relay", "publish committed outbox records to the broker, with confirms", acemq__cli_relay},
     {"consume", "run a command for each message, its effect once however often it comes",
      acemq__cli_consume},
+    {"route", "run Camel-style YAML routes, with an idempotent_consumer step", acemq__cli_route},
     {"outbox", "look at and mend an outbox: status, dead, retry, purge", acemq__cli_outbox},
     {"idem", "look at and mend an idempotency store: status, show, forget, purge", acemq__cli_idem},
 };
@@ -40,6 +41,7 @@ static void usage(FILE *f)
           "                --store sqlite:/var/lib/shop/idem.db --exec -- ./apply-order.sh\n"
           "  acemq outbox status --outbox postgres://ops@db/shop\n"
           "  acemq idem status --store sqlite:/var/lib/shop/idem.db\n"
+          "  acemq route examples/idempotent-consumer/route.yaml\n"
           "  acemq audit ids.txt\n",
           f);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "idem/idem_backend.h"
+#include "idem/idem_url.h"
 
 #define DEFAULT_LEASE_MS 30000
 #define DEFAULT_RETENTION_MS (7LL * 24 * 3600 * 1000)
@@ -623,4 +624,18 @@ int acemq_idem_stats_get(acemq_idem *h, acemq_idem_stats *out)
     }
 #undef LOAD
     return 0;
+}
+
+int acemq__idem_url_check(const char *url, char *why, size_t cap)
+{
+    char scheme[32];
+    if (acemq__url_scheme(url, scheme, sizeof scheme) != 0) {
+        (void)snprintf(why, cap, "'%s' is not a URL of the form scheme:rest?key=value", url);
+        return ACEMQ_EURL;
+    }
+    if (acemq__registry_find(&acemq__idem_registry, scheme)) return 0;
+    char known[256];
+    acemq__registry_names(&acemq__idem_registry, known, sizeof known);
+    (void)snprintf(why, cap, "unknown store '%s:'; known: %s", scheme, known);
+    return ACEMQ_EURL;
 }

@@ -100,7 +100,8 @@ struct acemq__step {
     int skip_duplicate;    /* default 1: a duplicate skips the child steps */
     int completion_eager;  /* default 0: confirm when the whole exchange completes */
 
-    void *runtime;             /* runtime: the open endpoint of a `to` */
+    void *runtime;  /* runtime: the open endpoint of a `to` */
+    acemq__buf key; /* runtime: idempotent_consumer's key, its buffer kept between exchanges */
     acemq__step_counts counts; /* runtime */
 };
 
