@@ -11,7 +11,9 @@
 #   the store (docs/routes.md, Guarantees), so the oracle allows exactly
 #   that: a second effect only for the last key a killed process touched,
 #   at most one per kill;
-# - nothing is applied that was not published, and the queue ends empty.
+# - nothing is applied that was not published, and the queue ends empty;
+# - a `to: amqp:exchange:` after the effect forwards each key once to a
+#   second queue (with its publisher confirm), under the same window.
 #
 # Exit status: 0 passed, 1 a check failed, 77 skipped.
 # shellcheck disable=SC2016 # the exec command expands its own variables
@@ -30,16 +32,18 @@ IDS=300
 KILLS=6
 tmp=$(mktemp -d /tmp/acemq-route-kill-XXXXXX)
 q=acemq.test.route-kill.$$.$RANDOM
+out_q=$q.out
 pid=
 cleanup() {
     [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-    "$tool" delete "$q" >/dev/null 2>&1
+    "$tool" delete "$q" "$out_q" >/dev/null 2>&1
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 fail() { echo "route_amqp_kill: FAIL: $*"; exit 1; }
 
 "$tool" declare "$q" || fail "cannot declare $q"
+"$tool" declare "$out_q" || fail "cannot declare $out_q"
 for i in $(seq "$IDS"); do echo "key-$i body-$i"; done >"$tmp/ids"
 cat "$tmp/ids" "$tmp/ids" | "$tool" publish-lines "$q" || fail "publishing"
 cat >"$tmp/route.yaml" <<YAML
@@ -55,6 +59,7 @@ routes:
           expression: "\${id}"
           steps:
             - exec: 'echo "\$ACEMQ_EXCHANGE_ID \$ROUTE_RUN" >> $tmp/effects'
+            - to: "amqp:exchange:?routingKey=$out_q"
 YAML
 touch "$tmp/effects" "$tmp/killed"
 start() { # start RUN: the effects it applies carry RUN (an exec a kill orphans still knows it)
@@ -124,4 +129,9 @@ echo "route_amqp_kill: published=$((IDS * 2)) ids=$IDS kills=$kills effects=$eff
 [ "$unexpected" -eq 0 ] || fail "$unexpected keys applied that were never published"
 [ "$unexplained" -eq 0 ] || fail "$unexplained keys applied twice without a kill to explain it"
 [ "$twice" -le "$kills" ] || fail "$twice keys applied twice after $kills kills"
+# The `to` after the effect publishes once per key too, with the same window.
+forwarded=$("$tool" count "$out_q")
+echo "route_amqp_kill: forwarded=$forwarded"
+[ "$forwarded" -ge "$IDS" ] && [ "$forwarded" -le $((IDS + kills)) ] ||
+    fail "$forwarded messages forwarded for $IDS keys and $kills kills"
 echo "route_amqp_kill: PASS"
