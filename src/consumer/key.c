@@ -13,32 +13,11 @@
 
 #include "acemq/idem.h"
 #include "consumer/consumer_internal.h"
-
-/* A growing byte buffer. */
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
-
-static int put(buf *b, const void *bytes, size_t n)
-{
-    if (!b->p || b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return ACEMQ_ENOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, bytes, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
+#include "core/buf.h"
 
 /* The text of a header's value: a string as it is, an integer in decimal. */
-static int put_header(buf *b, json_t *headers, const char *name, size_t name_len, const char **why)
+static int put_header(acemq__buf *b, json_t *headers, const char *name, size_t name_len,
+                      const char **why)
 {
     char key[256];
     if (name_len >= sizeof key) {
@@ -48,11 +27,11 @@ static int put_header(buf *b, json_t *headers, const char *name, size_t name_len
     memcpy(key, name, name_len);
     key[name_len] = '\0';
     json_t *v = headers ? json_object_get(headers, key) : NULL;
-    if (json_is_string(v)) return put(b, json_string_value(v), json_string_length(v));
+    if (json_is_string(v)) return acemq__buf_put(b, json_string_value(v), json_string_length(v));
     if (json_is_integer(v)) {
         char num[32];
         int n = snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        return put(b, num, (size_t)n);
+        return acemq__buf_put(b, num, (size_t)n);
     }
     *why = v ? "a header of the key is neither a string nor an integer"
              : "the message lacks a header of the key";
@@ -61,19 +40,19 @@ static int put_header(buf *b, json_t *headers, const char *name, size_t name_len
 
 /* Walks expr, calling each part in turn: literal text and ${...} names. With d NULL
  * it only checks the form. */
-static int expand(const char *expr, const acemq_delivery *d, buf *b, const char **why)
+static int expand(const char *expr, const acemq_delivery *d, acemq__buf *b, const char **why)
 {
     json_t *headers = NULL;
     int rc = 0;
     for (const char *p = expr; *p && rc == 0;) {
         if (p[0] == '$' && p[1] == '$') {
-            rc = d ? put(b, "$", 1) : 0;
+            rc = d ? acemq__buf_put(b, "$", 1) : 0;
             p += 2;
             continue;
         }
         if (p[0] != '$') {
             size_t n = strcspn(p, "$");
-            rc = d ? put(b, p, n) : 0;
+            rc = d ? acemq__buf_put(b, p, n) : 0;
             p += n;
             continue;
         }
@@ -96,12 +75,12 @@ static int expand(const char *expr, const acemq_delivery *d, buf *b, const char 
                 *why = "the message has no message_id";
                 rc = ACEMQ_ENOENT;
             } else {
-                rc = put(b, d->message_id, d->message_id_len);
+                rc = acemq__buf_put(b, d->message_id, d->message_id_len);
             }
         } else if (n == 11 && memcmp(name, "routing_key", n) == 0) {
             if (d)
-                rc = put(b, d->routing_key ? d->routing_key : "",
-                         strlen(d->routing_key ? d->routing_key : ""));
+                rc = acemq__buf_put(b, d->routing_key ? d->routing_key : "",
+                                    strlen(d->routing_key ? d->routing_key : ""));
         } else if (n > 7 && memcmp(name, "header.", 7) == 0) {
             if (!d) continue;
             if (!headers && d->headers_json) headers = json_loads(d->headers_json, 0, NULL);
@@ -121,14 +100,14 @@ int acemq__consumer_key_check(const char *expr, const char **why)
         *why = "the key expression is empty";
         return ACEMQ_EINVAL;
     }
-    buf b = {0};
+    acemq__buf b = {0};
     return expand(expr, NULL, &b, why);
 }
 
 int acemq__consumer_key(const char *expr, const acemq_delivery *d, char **out, size_t *len,
                         const char **why)
 {
-    buf b = {0};
+    acemq__buf b = {0};
     *out = NULL;
     *len = 0;
     int rc = expand(expr, d, &b, why);
@@ -142,7 +121,7 @@ int acemq__consumer_key(const char *expr, const acemq_delivery *d, char **out, s
     }
     if (rc == ACEMQ_ENOMEM) *why = "out of memory";
     if (rc != 0) {
-        free(b.p);
+        acemq__buf_free(&b);
         return rc;
     }
     *out = b.p;

@@ -39,7 +39,7 @@ static int timer_open(const acemq__uri *from, const acemq__route_env *env, void 
     return 0;
 }
 
-/* Wall-clock now as RFC 3339 UTC with milliseconds: 2024-05-01T12:00:00.123Z. */
+/* Wall-clock now as RFC 3339 UTC with milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ. */
 static int fired_time(char out[32])
 {
     struct timespec ts;
