@@ -34,11 +34,14 @@ CTEST_STRICT = $(CURDIR)/scripts/ctest-strict.sh
 test: build
 	$(WITH_SERVICES) sh -c 'cd $(BUILD) && $(CTEST_STRICT) ctest --output-on-failure -j $(JOBS)'
 
-# The main job: orders and their events in one SQLite transaction each,
-# `acemq relay` (killed halfway and restarted) to a RabbitMQ started for the
-# run, and a table that accounts for every order.
+# The main job, the whole pipeline with faults (examples/demo/demo.sh): orders
+# and their outbox rows in one SQLite transaction each, `acemq relay` to a
+# RabbitMQ started for the run, two inbox consumers shipping each order; the
+# relay, the connections and the consumers are killed or cut on the way, and
+# a table accounts for every order. ORDERS sizes it.
+ORDERS ?= 2000
 demo: build
-	scripts/with-services.sh rabbitmq -- $(BUILD)/acemq-demo-outbox $(BUILD)/acemq
+	scripts/with-services.sh rabbitmq -- examples/demo/demo.sh $(BUILD) $(ORDERS)
 
 # The idempotency store absorbing redeliveries, on SQLite.
 demo-idem: build
