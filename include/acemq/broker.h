@@ -187,8 +187,10 @@ ACEMQ_EXTERN int acemq_broker_consume(acemq_broker *b, const char *queue, int pr
  * ACEMQ_EBACKEND when the broker ended the consumer (basic.cancel: the queue
  * was deleted) or closed its channel. After EIO or EBACKEND the deliveries
  * in hand are void (ACEMQ_ESTALE; the broker delivers them again), and the
- * next call connects again, waiting out the back-off publish uses, and
- * consumes again. rabbitmq-c answers heartbeats only inside calls on the
+ * next call connects again, once the back-off publish uses has run out,
+ * and consumes again; a call whose timeout_ms ends before the back-off does
+ * waits timeout_ms and answers ACEMQ_ENOENT, so a caller's stop flag is
+ * looked at as often as it asks. rabbitmq-c answers heartbeats only inside calls on the
  * handle: call next (or ack) at least every heartbeat_s. */
 ACEMQ_EXTERN int acemq_broker_next(acemq_broker *b, int timeout_ms, acemq_delivery **out);
 

@@ -134,11 +134,19 @@ int acemq__amqp_consume(acemq_broker *b, const char *queue, int prefetch)
 
 /* Connects or consumes again, after the back-off, when the consumer is
  * gone: 0; ACEMQ_EIO (no connection); ACEMQ_EBACKEND (the broker refused
- * the queue, e.g. deleted: 404); ACEMQ_ENOMEM. */
-static int ensure_consuming(acemq_broker *b, amqp_self *s)
+ * the queue, e.g. deleted: 404); ACEMQ_ENOMEM. A back-off that outlasts
+ * timeout_ms is waited for only that long, and answered ACEMQ_ENOENT (no
+ * delivery in time): the caller's loop, and its stop flag, get their turn,
+ * and the loss itself was reported by the call that saw it. */
+static int ensure_consuming(acemq_broker *b, amqp_self *s, int timeout_ms)
 {
     if (s->conn && s->consume_open) return 0;
     int64_t wait = s->lost_at_ms + s->backoff_ms - acemq__mono_ms();
+    if (wait > timeout_ms) {
+        if (timeout_ms > 0) acemq__sleep_ms(timeout_ms);
+        return acemq__broker_fail(b, ACEMQ_ENOENT, "amqp: not connected; trying again in %lld ms",
+                                  (long long)(wait - timeout_ms));
+    }
     if (wait > 0) acemq__sleep_ms(wait);
     int rc = s->conn ? acemq__amqp_open_consumer(b, s) : acemq__amqp_connect(b, s);
     if (rc == 0) {
@@ -382,9 +390,9 @@ static int take_method(acemq_broker *b, amqp_self *s, const amqp_frame_t *f, ace
 int acemq__amqp_next(acemq_broker *b, int timeout_ms, acemq_delivery **out)
 {
     amqp_self *s = b->self;
-    int rc = ensure_consuming(b, s);
-    if (rc) return rc;
     int64_t deadline = acemq__mono_ms() + timeout_ms;
+    int rc = ensure_consuming(b, s, timeout_ms);
+    if (rc) return rc;
     for (;;) {
         amqp_frame_t f;
         int st = read_frame(s, &f, deadline);
