@@ -9,7 +9,7 @@ PREFIX      ?= /usr/local
 CMAKE_FLAGS ?=
 
 
-.PHONY: all deps build test demo demo-idem bench install sanitize fuzz format lint clean
+.PHONY: all deps build test soak demo demo-idem bench install sanitize fuzz format lint clean
 
 all: build
 
@@ -33,6 +33,12 @@ CTEST_STRICT = $(CURDIR)/scripts/ctest-strict.sh
 
 test: build
 	$(WITH_SERVICES) sh -c 'cd $(BUILD) && $(CTEST_STRICT) ctest --output-on-failure -j $(JOBS)'
+
+# The fault suite's long runs (tests/fault/soak.sh): every fault script on
+# both backends with hundreds of kills, where `make test` runs each a few
+# times; sizes from FAULT_ORDERS, FAULT_KILLS and the like (soak.sh).
+soak: build
+	$(WITH_SERVICES) env FAULT_BUILD=$(BUILD) tests/fault/soak.sh
 
 # The main job, the whole pipeline with faults (examples/demo/demo.sh): orders
 # and their outbox rows in one SQLite transaction each, `acemq relay` to a
@@ -72,7 +78,7 @@ sanitize: deps
 	  -DACEMQ_SANITIZE=thread $(CMAKE_FLAGS)
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
 	$(WITH_SERVICES) sh -c 'cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  $(CTEST_STRICT) setarch -R ctest --output-on-failure -E "^(install|integration)\."'
+	  $(CTEST_STRICT) setarch -R ctest --output-on-failure -E "^(install|integration|fault)\."'
 
 # The libFuzzer targets (clang only) for a short fixed time over their seed
 # corpora: ctest's `fuzz` label, registered only with ACEMQ_BUILD_FUZZ.

@@ -12,6 +12,7 @@ packages=(
   libjansson-dev              # outbox headers as a JSON object (and, for the relay, back)
   libmicrohttpd-dev           # acemq relay --metrics: the Prometheus endpoint
   libcmocka-dev               # the test framework
+  libfiu-dev fiu-utils        # the fault suite: malloc, write, fsync, send failed at random (tests/fault)
   libyaml-dev                 # acemq route: route files
   libhiredis-dev redis-server # the Redis peer in the benchmarks
   rabbitmq-server librabbitmq-dev # the relay's AMQP 0-9-1 broker (rabbitmq-c), and the server its tests run against

@@ -13,6 +13,8 @@
 #                                                kept: every client loses its session)
 #   scripts/services.sh alarm|unalarm rabbitmq  (a memory alarm raised / cleared:
 #                                                publishers blocked meanwhile)
+#   scripts/services.sh kill rabbitmq           (SIGKILL to the node's Erlang VM, then
+#                                                a start on the same data)
 #
 # Environment: ACEMQ_SERVICES_DIR (default /tmp/acemq-services),
 # ACEMQ_REDIS_PORT (default 6390), ACEMQ_PG_PORT (default 5440),
@@ -404,13 +406,30 @@ svc_rabbitmq_unalarm() {
         die "rabbitmq: set_vm_memory_high_watermark 0.4 failed"
 }
 
+# kill: the node dies at once, as on a crashed host (SIGKILL to its Erlang
+# VM: nothing flushed, no client told), and starts again on the data it
+# left, where durable queues and the persistent messages they had confirmed
+# must still be.
+svc_rabbitmq_kill() {
+    local pid i
+    pid=$(live_pid "$RMQ_DIR/rabbitmq.pid") || die "rabbitmq: not running from $RMQ_DIR"
+    say "rabbitmq: killing $RMQ_NODE (pid $pid) with SIGKILL"
+    kill -9 "$pid" || die "rabbitmq: cannot kill pid $pid"
+    for ((i = 0; i < WAIT_TENTHS; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && die "rabbitmq: pid $pid still there after SIGKILL"
+    svc_rabbitmq_start
+}
+
 # --- dispatch ------------------------------------------------------------
 
 supported() { declare -F "svc_$1_start" >/dev/null; }
 
 usage() {
     echo "usage: $0 start|stop|status|env [redis|postgres|rabbitmq|all]" >&2
-    echo "       $0 pause|resume|alarm|unalarm rabbitmq" >&2
+    echo "       $0 pause|resume|alarm|unalarm|kill rabbitmq" >&2
     echo "       $0 restart postgres" >&2
     exit 2
 }
@@ -444,7 +463,7 @@ run() {
 [ $# -ge 1 ] || usage
 action=$1
 case "$action" in
-start | stop | status | pause | resume | alarm | unalarm | restart) [ $# -eq 2 ] || usage ;;
+start | stop | status | pause | resume | alarm | unalarm | restart | kill) [ $# -eq 2 ] || usage ;;
 env) [ $# -le 2 ] || usage ;;
 *) usage ;;
 esac
