@@ -80,13 +80,15 @@ sanitize: deps
 	$(WITH_SERVICES) sh -c 'cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  $(CTEST_STRICT) setarch -R ctest --output-on-failure -E "^(install|integration|fault)\."'
 
-# The libFuzzer targets (clang only) for a short fixed time over their seed
-# corpora: ctest's `fuzz` label, registered only with ACEMQ_BUILD_FUZZ.
+# The libFuzzer targets (clang only), each for FUZZ_SECONDS over its seed
+# corpus, two at a time: ctest's `fuzz` label, registered only with ACEMQ_BUILD_FUZZ.
+FUZZ_SECONDS ?= 60
 fuzz: deps
 	CC=clang cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=Debug -DACEMQ_BUILD_FUZZ=ON \
-	  -DACEMQ_BUILD_BENCH=OFF $(CMAKE_FLAGS)
-	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_audit_id fuzz_route_expr fuzz_route_load
-	cd $(BUILD_FUZZ) && $(CTEST_STRICT) ctest --output-on-failure -L fuzz
+	  -DACEMQ_BUILD_BENCH=OFF -DACEMQ_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_FLAGS)
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_audit_id fuzz_route_expr fuzz_route_load \
+	  fuzz_url fuzz_headers_json fuzz_amqp_props
+	cd $(BUILD_FUZZ) && $(CTEST_STRICT) ctest --output-on-failure -j 2 -L fuzz
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

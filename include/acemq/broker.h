@@ -164,8 +164,8 @@ typedef struct acemq_delivery {
     size_t body_len;
 } acemq_delivery;
 
-/* headers_json: strings as strings (byte sequences that are not UTF-8 as
- * U+FFFD), integers as numbers, floats as numbers (NaN and infinities as
+/* headers_json: strings as strings (byte sequences that are not UTF-8, and
+ * NUL bytes, as U+FFFD), integers as numbers, floats as numbers (NaN and infinities as
  * strings), booleans, void as null, arrays as arrays, tables as objects
  * (RabbitMQ's x-death among them), timestamps as seconds, decimals as
  * strings ("12.34", "-0.5"). attempts is 0 without the header, and when

@@ -169,6 +169,7 @@ static void publish_raw(const char *q)
     static const char text[] = "caf\xC3\xA9";
     static const char not_utf8[] = "a\xFF"
                                    "b";
+    static const char with_nul[] = "a\0b";
     amqp_field_value_t arr[2] = {
         {.kind = AMQP_FIELD_KIND_I32, .value.i32 = 7},
         {.kind = AMQP_FIELD_KIND_UTF8, .value.bytes = amqp_cstring_bytes("x")},
@@ -179,6 +180,8 @@ static void publish_raw(const char *q)
         {amqp_cstring_bytes("s"), {.kind = AMQP_FIELD_KIND_UTF8, .value.bytes = {5, (void *)text}}},
         {amqp_cstring_bytes("raw"),
          {.kind = AMQP_FIELD_KIND_BYTES, .value.bytes = {3, (void *)not_utf8}}},
+        {amqp_cstring_bytes("nul"),
+         {.kind = AMQP_FIELD_KIND_UTF8, .value.bytes = {3, (void *)with_nul}}},
         {amqp_cstring_bytes("t"), {.kind = AMQP_FIELD_KIND_BOOLEAN, .value.boolean = 1}},
         {amqp_cstring_bytes("b"), {.kind = AMQP_FIELD_KIND_I8, .value.i8 = -5}},
         {amqp_cstring_bytes("s16"), {.kind = AMQP_FIELD_KIND_I16, .value.i16 = -300}},
@@ -231,6 +234,9 @@ static void assert_typed_headers(const acemq_delivery *d)
     json_t *h = headers_of(d);
     assert_string_equal(json_string_value(json_object_get(h, "s")), "caf\xC3\xA9");
     assert_string_equal(json_string_value(json_object_get(h, "raw")), "a\xEF\xBF\xBD"
+                                                                      "b");
+    /* A NUL would cut every reader's C string short: U+FFFD instead. */
+    assert_string_equal(json_string_value(json_object_get(h, "nul")), "a\xEF\xBF\xBD"
                                                                       "b");
     assert_true(json_is_true(json_object_get(h, "t")));
     assert_int_equal(json_integer_value(json_object_get(h, "b")), -5);

@@ -96,6 +96,20 @@ typedef struct amqp_self {
     acemq__frame_buf frames; /* the run being encoded (backends/amqp/frames.h) */
 } amqp_self;
 
+/* ---- broker.c ---- */
+
+/* The publish path short of the socket (fuzz/fuzz_headers_json.c drives it
+ * with no connection; b may be NULL, errors then go to the thread's open
+ * error). prepare checks msgs[0..n) and parses their headers_json into
+ * s->parsed: 0, or ACEMQ_EINVAL naming the message and why. encode_one
+ * appends m's frames to s->frames with headers (s->parsed[i]) as the AMQP
+ * table and m->attempts as x-acemq-attempts: an AMQP_STATUS_*. unparse
+ * frees what prepare parsed. */
+int acemq__amqp_prepare(acemq_broker *b, amqp_self *s, const acemq_broker_msg *msgs, size_t n);
+int acemq__amqp_encode_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers,
+                           size_t frame_max);
+void acemq__amqp_unparse(amqp_self *s, size_t n);
+
 /* ---- connection.c ---- */
 
 /* ms (below 0: 0) as a timeval for rabbitmq-c's waits. */
@@ -140,5 +154,10 @@ int acemq__amqp_ack_many(acemq_broker *b, const uint64_t *tags, size_t n, int mu
 /* t as one JSON object in *json (free() it) and the x-acemq-attempts
  * header's value in *attempts (0 without one): 0 or ACEMQ_ENOMEM. */
 int acemq__amqp_headers_json(const amqp_table_t *t, char **json, int *attempts);
+/* The content header's part of a delivery (p as rabbitmq-c decoded it):
+ * message_id, content_type, headers_json (in *headers, free() it) and
+ * attempts set in parts, nothing else touched. 0 or ACEMQ_ENOMEM. */
+int acemq__amqp_props_parts(const amqp_basic_properties_t *p, acemq__delivery_parts *parts,
+                            char **headers);
 
 #endif

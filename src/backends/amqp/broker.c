@@ -441,7 +441,8 @@ static int check_msgs(acemq_broker *b, amqp_self *s, const acemq_broker_msg *msg
 
 /* Appends message m's frames to the run (s->frames), bodies split at
  * frame_max. */
-static int encode_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers, size_t frame_max)
+int acemq__amqp_encode_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers,
+                           size_t frame_max)
 {
     size_t k = 0;
     if (headers) {
@@ -487,7 +488,7 @@ static int encode_one(amqp_self *s, const acemq_broker_msg *m, json_t *headers, 
 /* --- send and collect ---------------------------------------------------- */
 
 /* Headers parsed for one send, and the table its largest message needs. */
-static int prepare(acemq_broker *b, amqp_self *s, const acemq_broker_msg *msgs, size_t n)
+int acemq__amqp_prepare(acemq_broker *b, amqp_self *s, const acemq_broker_msg *msgs, size_t n)
 {
     size_t want = n ? n : 1; /* never a NULL array, even for an empty send */
     if (want > s->cap_parsed) {
@@ -508,7 +509,7 @@ static int prepare(acemq_broker *b, amqp_self *s, const acemq_broker_msg *msgs, 
     return 0;
 }
 
-static void unparse(amqp_self *s, size_t n)
+void acemq__amqp_unparse(amqp_self *s, size_t n)
 {
     for (size_t i = 0; i < n && s->parsed; i++)
         if (s->parsed[i]) {
@@ -537,7 +538,8 @@ static void send_all(acemq_broker *b, amqp_self *s, sendrec *sr)
         size_t frame_max = negotiated > 0 ? (size_t)negotiated : (size_t)FRAME_MAX;
         s->frames.len = 0;
         while (k < room && first + k < sr->n && s->frames.len < RUN_BYTES) {
-            int st = encode_one(s, &sr->msgs[first + k], s->parsed[first + k], frame_max);
+            int st =
+                acemq__amqp_encode_one(s, &sr->msgs[first + k], s->parsed[first + k], frame_max);
             /* check_msgs() keeps the unencodable from getting here; should
              * one, the connection ends, as it did when rabbitmq-c had sent
              * the method frame before failing on the header. */
@@ -582,7 +584,7 @@ static int amqp_send(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
     if (grow_send(sr, n)) return acemq__broker_fail(b, ACEMQ_ENOMEM, "out of memory");
     /* The messages first: a bad one is the caller's error whatever the
      * connection's state, and costs no reconnect. */
-    int rc = prepare(b, s, msgs, n);
+    int rc = acemq__amqp_prepare(b, s, msgs, n);
     if (!rc) {
         rc = acemq__amqp_ensure_ready(b, s);
         if (rc) {
@@ -605,7 +607,7 @@ static int amqp_send(acemq_broker *b, const acemq_broker_msg *msgs, size_t n,
         s->count++;
         send_all(b, s, sr);
     }
-    unparse(s, n);
+    acemq__amqp_unparse(s, n);
     return rc;
 }
 

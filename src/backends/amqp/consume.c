@@ -246,35 +246,22 @@ static int read_delivery(acemq_broker *b, amqp_self *s, const amqp_basic_deliver
                                   "amqp: lost connection: a delivery of %llu bytes cannot be held",
                                   (unsigned long long)body_size);
     }
+    acemq__delivery_parts parts = {
+        .tag = tag,
+        .exchange = exchange,
+        .exchange_len = exchange_len,
+        .routing_key = key,
+        .routing_key_len = key_len,
+        .redelivered = redelivered,
+        .body_len = (size_t)body_size,
+    };
     char *headers = NULL;
-    int attempts = 0;
-    if ((p->_flags & AMQP_BASIC_HEADERS_FLAG) &&
-        acemq__amqp_headers_json(&p->headers, &headers, &attempts) != 0) {
+    if (acemq__amqp_props_parts(p, &parts, &headers) != 0) {
         acemq__amqp_drop_connection(s);
         return acemq__broker_fail(b, ACEMQ_ENOMEM,
                                   "out of memory for a delivery's headers; connection dropped "
                                   "(the broker delivers it again)");
     }
-    int has_id = (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0;
-    int has_type = (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG) != 0;
-    acemq__delivery_parts parts = {
-        .tag = tag,
-        .message_id = has_id ? p->message_id.bytes : NULL,
-        .message_id_len = has_id ? p->message_id.len : 0,
-        .exchange = exchange,
-        .exchange_len = exchange_len,
-        .routing_key = key,
-        .routing_key_len = key_len,
-        .content_type = has_type ? p->content_type.bytes : NULL,
-        .content_type_len = has_type ? p->content_type.len : 0,
-        .headers_json = headers,
-        .attempts = attempts,
-        .redelivered = redelivered,
-        .body_len = (size_t)body_size,
-    };
-    /* A message id with no bytes is still an id: "" rather than none. */
-    if (has_id && !parts.message_id) parts.message_id = "";
-    if (has_type && !parts.content_type) parts.content_type = "";
     void *body_v;
     acemq_delivery *d = acemq__delivery_new(&parts, &body_v);
     free(headers);

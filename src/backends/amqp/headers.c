@@ -22,12 +22,13 @@
  * nest so far, and the recursion stays bounded whatever arrives. */
 #define MAX_DEPTH 16
 
-/* The length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
+/* The length of the valid UTF-8 sequence at p (at most n bytes), or 0; a
+ * NUL counts as invalid (text() says why). */
 static size_t utf8_seq(const unsigned char *p, size_t n)
 {
     size_t len;
     uint32_t c;
-    if (p[0] < 0x80) return 1;
+    if (p[0] < 0x80) return p[0] != 0;
     if (p[0] >= 0xC2 && p[0] <= 0xDF)
         len = 2, c = p[0] & 0x1F;
     else if (p[0] >= 0xE0 && p[0] <= 0xEF)
@@ -49,12 +50,18 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
 }
 
 /* bytes as a JSON string, each byte that starts no valid UTF-8 sequence
- * replaced by U+FFFD. NULL when out of memory. */
+ * and each NUL replaced by U+FFFD. A NUL is valid UTF-8 and jansson would
+ * take it, but the consumer's readers of headers_json (json_loads without
+ * JSON_ALLOW_NUL, C strings) would then lose every header of the message:
+ * its failure count and error, the keys taken from it. NULL when out of
+ * memory. */
 static json_t *text(amqp_bytes_t b)
 {
     const unsigned char *p = b.bytes;
-    json_t *j = b.len ? json_stringn((const char *)p, b.len) : json_string("");
-    if (j || b.len == 0) return j; /* json_stringn refuses what is not UTF-8 */
+    if (b.len == 0) return json_string("");
+    /* json_stringn refuses what is not UTF-8 */
+    json_t *j = memchr(p, '\0', b.len) ? NULL : json_stringn((const char *)p, b.len);
+    if (j) return j;
     char *clean = malloc(b.len * 3 + 1);
     if (!clean) return NULL;
     size_t o = 0;
@@ -238,4 +245,26 @@ int acemq__amqp_headers_json(const amqp_table_t *t, char **json, int *attempts)
     *json = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return *json ? 0 : ACEMQ_ENOMEM;
+}
+
+int acemq__amqp_props_parts(const amqp_basic_properties_t *p, acemq__delivery_parts *parts,
+                            char **headers)
+{
+    *headers = NULL;
+    int attempts = 0;
+    if ((p->_flags & AMQP_BASIC_HEADERS_FLAG) &&
+        acemq__amqp_headers_json(&p->headers, headers, &attempts) != 0)
+        return ACEMQ_ENOMEM;
+    int has_id = (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0;
+    int has_type = (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG) != 0;
+    parts->message_id = has_id ? p->message_id.bytes : NULL;
+    parts->message_id_len = has_id ? p->message_id.len : 0;
+    parts->content_type = has_type ? p->content_type.bytes : NULL;
+    parts->content_type_len = has_type ? p->content_type.len : 0;
+    parts->headers_json = *headers;
+    parts->attempts = attempts;
+    /* A message id with no bytes is still an id: "" rather than none. */
+    if (has_id && !parts->message_id) parts->message_id = "";
+    if (has_type && !parts->content_type) parts->content_type = "";
+    return 0;
 }

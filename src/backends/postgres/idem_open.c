@@ -233,6 +233,43 @@ static char *conninfo_of(const acemq__url *u)
     return b;
 }
 
+int acemq__pg_idem_parse_url(acemq_idem *h, const acemq__url *u, const char **table,
+                             int64_t *timeout, char **conninfo)
+{
+    *conninfo = NULL;
+    *table = acemq__url_param(u, "table");
+    if (!*table) *table = DEFAULT_TABLE;
+    if (check_table(*table) != 0)
+        return acemq__idem_fail(h, ACEMQ_EURL,
+                                "postgres: table '%s' is not a name of 1 to %d letters, digits "
+                                "and '_', starting with a letter or '_'",
+                                *table, PG_IDEM_TABLE_MAX);
+    *timeout = DEFAULT_STATEMENT_TIMEOUT_MS;
+    if (acemq__url_param_int(u, "statement_timeout_ms", 0, INT32_MAX, timeout) != 0)
+        return acemq__idem_fail(
+            h, ACEMQ_EURL, "postgres: statement_timeout_ms must be 0..%d (0: none)", INT32_MAX);
+    char *info = conninfo_of(u);
+    if (!info) return acemq__idem_fail(h, ACEMQ_ENOMEM, "postgres: out of memory");
+    /* libpq's own check of the URL and its parameters, before any
+     * connection: a misspelt parameter is the URL's fault. */
+    char *err = NULL;
+    PQconninfoOption *opts = PQconninfoParse(info, &err);
+    int rc = 0;
+    if (!opts) {
+        size_t len = err ? strlen(err) : 0;
+        while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
+            len--;
+        rc = acemq__idem_fail(h, err ? ACEMQ_EURL : ACEMQ_ENOMEM, "postgres: bad URL: %.*s",
+                              (int)len, err ? err : "out of memory");
+        PQfreemem(err);
+        free(info);
+        info = NULL;
+    }
+    PQconninfoFree(opts);
+    *conninfo = info;
+    return rc;
+}
+
 static int open_pg_url(acemq_idem *h, const acemq__url *u)
 {
     if (h->opts.flags & ACEMQ_IDEM_CONFIRM_IN_CALLER_TX)
@@ -240,40 +277,20 @@ static int open_pg_url(acemq_idem *h, const acemq__url *u)
                                 "postgres: ACEMQ_IDEM_CONFIRM_IN_CALLER_TX needs the caller's "
                                 "connection (acemq_idem_open_pg); a store opened by URL has no "
                                 "caller transaction to join");
-    const char *table = acemq__url_param(u, "table");
-    if (!table) table = DEFAULT_TABLE;
-    if (check_table(table) != 0)
-        return acemq__idem_fail(h, ACEMQ_EURL,
-                                "postgres: table '%s' is not a name of 1 to %d letters, digits "
-                                "and '_', starting with a letter or '_'",
-                                table, PG_IDEM_TABLE_MAX);
-    int64_t timeout = DEFAULT_STATEMENT_TIMEOUT_MS;
-    if (acemq__url_param_int(u, "statement_timeout_ms", 0, INT32_MAX, &timeout) != 0)
-        return acemq__idem_fail(
-            h, ACEMQ_EURL, "postgres: statement_timeout_ms must be 0..%d (0: none)", INT32_MAX);
+    const char *table = NULL;
+    int64_t timeout = 0;
+    char *conninfo = NULL;
+    int rc = acemq__pg_idem_parse_url(h, u, &table, &timeout, &conninfo);
+    if (rc != 0) return rc;
     char *schema = NULL;
-    int rc = new_state(h, table, &schema);
+    rc = new_state(h, table, &schema);
     pg_idem *p = h->self;
     if (rc == 0) {
         p->owns_conn = 1;
         p->statement_timeout_ms = timeout;
-        p->conninfo = conninfo_of(u);
-        if (!p->conninfo) rc = acemq__idem_fail(h, ACEMQ_ENOMEM, "postgres: out of memory");
-    }
-    if (rc == 0) {
-        /* libpq's own check of the URL and its parameters, before any
-         * connection: a misspelt parameter is the URL's fault. */
-        char *err = NULL;
-        PQconninfoOption *opts = PQconninfoParse(p->conninfo, &err);
-        if (!opts) {
-            size_t len = err ? strlen(err) : 0;
-            while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
-                len--;
-            rc = acemq__idem_fail(h, err ? ACEMQ_EURL : ACEMQ_ENOMEM, "postgres: bad URL: %.*s",
-                                  (int)len, err ? err : "out of memory");
-            PQfreemem(err);
-        }
-        PQconninfoFree(opts);
+        p->conninfo = conninfo;
+    } else {
+        free(conninfo);
     }
     if (rc == 0) {
         p->conn = PQconnectdb(p->conninfo);

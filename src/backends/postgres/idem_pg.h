@@ -71,6 +71,11 @@ int acemq__pg_idem_fail(acemq_idem *h, PGresult *r, const char *doing);
  * the statements again; 0 when the connection is usable. */
 int acemq__pg_idem_ensure_connected(acemq_idem *h);
 void acemq__pg_idem_close(acemq_idem *h);
+/* What a postgres:// URL names before any connection: the table, the
+ * statement timeout and libpq's URI (*conninfo, free() it), which libpq's
+ * own parser accepts. 0, or ACEMQ_EURL / ACEMQ_ENOMEM with why on h. */
+int acemq__pg_idem_parse_url(acemq_idem *h, const acemq__url *u, const char **table,
+                             int64_t *timeout, char **conninfo);
 
 /* idem.c */
 extern const acemq__idem_methods acemq__pg_idem_methods;

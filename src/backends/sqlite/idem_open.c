@@ -272,7 +272,7 @@ static int configure_own(acemq_idem *h)
     return exec(h, sync_sql[h->opts.synchronous]);
 }
 
-static int parse_url(acemq_idem *h, const acemq__url *url, const char **path)
+int acemq__sqlite_idem_parse_url(acemq_idem *h, const acemq__url *url, const char **path)
 {
     static const char *const known[] = {"synchronous", "busy_timeout_ms", NULL};
     const char *bad = NULL;
@@ -319,7 +319,7 @@ static int parse_url(acemq_idem *h, const acemq__url *url, const char **path)
 int acemq__idem_open_sqlite_url(acemq_idem *h, const acemq__url *url)
 {
     const char *path = NULL;
-    int rc = parse_url(h, url, &path);
+    int rc = acemq__sqlite_idem_parse_url(h, url, &path);
     if (rc != 0) return rc;
     if (h->opts.flags & ACEMQ_IDEM_CONFIRM_IN_CALLER_TX)
         return acemq__idem_fail(h, ACEMQ_EINVAL,

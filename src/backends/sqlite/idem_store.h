@@ -91,5 +91,8 @@ int acemq__sqlite_idem_forget(acemq_idem *h, const acemq__bytes *id, int64_t now
 /* Frees the store's state in h->self: statements, the connection when it is
  * the store's own, the writer queue's registration, the token counter. */
 void acemq__sqlite_idem_close(acemq_idem *h);
+/* The file a sqlite: URL names (in url->rest) and its parameters, set on
+ * h->opts; nothing is opened. 0, or ACEMQ_EURL with why on h. */
+int acemq__sqlite_idem_parse_url(acemq_idem *h, const acemq__url *url, const char **path);
 
 #endif
