@@ -128,6 +128,49 @@ static void inbox_commits_and_rolls_back_with_the_effect(void **state)
     PQfinish(c);
 }
 
+/* The caller resets its connection (a new session: no prepared statements)
+ * or runs DEALLOCATE ALL: the store prepares its statements again. Outside
+ * a transaction the call itself succeeds; inside one the failure aborted
+ * it, so the call fails, and the first call after the caller's ROLLBACK
+ * succeeds. */
+static void the_callers_session_loses_the_statements(void **state)
+{
+    (void)state;
+    char table[80], sql[256];
+    fresh_table(table, sizeof table);
+    PGconn *c = connect_pg();
+    snprintf(sql, sizeof sql, "CREATE TABLE %s_effect (id text PRIMARY KEY)", table);
+    exec_ok(c, sql);
+    acemq_idem *h = open_on(c, table, ACEMQ_IDEM_CONFIRM_IN_CALLER_TX);
+    acemq_claim cl;
+    assert_int_equal(acemq_idem_try_claim(h, "a", 1, NULL, &cl), ACEMQ_CLAIMED);
+
+    PQreset(c);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    assert_int_equal(acemq_idem_try_claim(h, "b", 1, NULL, &cl), ACEMQ_CLAIMED);
+    exec_ok(c, "DEALLOCATE ALL");
+    assert_int_equal(acemq_idem_try_claim(h, "a", 1, NULL, &cl), ACEMQ_IN_PROGRESS);
+
+    /* Inside the caller's transaction. */
+    assert_int_equal(acemq_idem_try_claim(h, "c", 1, NULL, &cl), ACEMQ_CLAIMED);
+    exec_ok(c, "BEGIN");
+    snprintf(sql, sizeof sql, "INSERT INTO %s_effect VALUES ('c')", table);
+    exec_ok(c, sql);
+    exec_ok(c, "DEALLOCATE ALL");
+    int rc = acemq_idem_confirm(h, "c", 1, cl.token);
+    assert_true(rc < 0 && rc != ACEMQ_ESTALE);
+    exec_ok(c, "ROLLBACK");
+    exec_ok(c, "BEGIN");
+    exec_ok(c, sql);
+    assert_int_equal(acemq_idem_confirm(h, "c", 1, cl.token), 0);
+    exec_ok(c, "COMMIT");
+    assert_int_equal(acemq_idem_is_confirmed(h, "c", 1), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s_effect", table);
+    assert_int_equal(count_rows(c, sql), 1);
+    acemq_idem_close(h);
+    PQfinish(c);
+}
+
 /* A child applies ids one at a time: claim, then BEGIN, its effect row and
  * the confirm, COMMIT. Killed with SIGKILL at random moments, it leaves
  * every id with its effect exactly when it is confirmed. */
@@ -434,6 +477,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(inbox_commits_and_rolls_back_with_the_effect),
+        cmocka_unit_test(the_callers_session_loses_the_statements),
         cmocka_unit_test(inbox_survives_kill_9_around_commit),
         cmocka_unit_test(lease_runs_out_on_the_database_clock),
         cmocka_unit_test(four_processes_one_claim_each),

@@ -78,17 +78,28 @@ static int retryable(const PGresult *r)
     return state && (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0);
 }
 
+/* 1 when r failed because the session has no such prepared statement
+ * (26000): the caller reset its connection or ran DEALLOCATE ALL. */
+static int statement_missing(const PGresult *r)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return state && strcmp(state, "26000") == 0;
+}
+
 /* Runs statement q: 0 with *out (PQclear it), or the error, on h. A
  * connection of the store's own that was lost (a server restarted, a
  * network cut) is made again and the statement sent once more: each
  * statement is atomic, so the first try either committed or did not. A
  * claim that did commit then answers IN_PROGRESS to its own retry and its
- * lease runs out as any abandoned claim's; a confirm repeats harmlessly. */
+ * lease runs out as any abandoned claim's; a confirm repeats harmlessly.
+ * Statements the session lost are prepared again and the statement sent
+ * once more; inside a caller's transaction, which the failure aborted, the
+ * error is answered and the next call prepares them. */
 static int run(acemq_idem *h, int q, const params *in, PGresult **out)
 {
     pg_idem *p = h->self;
     *out = NULL;
-    int reconnected = 0;
+    int reconnected = 0, reprepared = 0;
     for (int attempt = 0;; attempt++) {
         int rc = acemq__pg_idem_ensure_connected(h);
         if (rc != 0) return rc;
@@ -111,6 +122,14 @@ static int run(acemq_idem *h, int q, const params *in, PGresult **out)
         if (retryable(r) && attempt + 1 < RETRIES && PQtransactionStatus(p->conn) == PQTRANS_IDLE) {
             PQclear(r);
             continue;
+        }
+        if (statement_missing(r)) {
+            p->unprepared = 1;
+            if (!reprepared && PQtransactionStatus(p->conn) == PQTRANS_IDLE) {
+                PQclear(r);
+                reprepared = 1;
+                continue;
+            }
         }
         if (p->owns_conn && !reconnected && PQstatus(p->conn) == CONNECTION_BAD) {
             PQclear(r);

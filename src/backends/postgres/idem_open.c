@@ -85,7 +85,12 @@ static int prepare_all(acemq_idem *h)
 int acemq__pg_idem_ensure_connected(acemq_idem *h)
 {
     pg_idem *p = h->self;
-    if (PQstatus(p->conn) == CONNECTION_OK) return 0;
+    if (PQstatus(p->conn) == CONNECTION_OK) {
+        if (!p->unprepared) return 0;
+        int rc = prepare_all(h);
+        if (rc == 0) p->unprepared = 0;
+        return rc;
+    }
     if (!p->owns_conn)
         return acemq__idem_fail(h, ACEMQ_EIO, "postgres: the caller's connection is lost: %s",
                                 PQerrorMessage(p->conn));

@@ -49,6 +49,7 @@ typedef struct pg_idem {
     int owns_conn;  /* 0: the caller's (acemq_idem_open_pg): never reset, never closed */
     int db_clock;   /* 1: now is the database's clock_timestamp() */
     char *conninfo; /* own connections: what PQconnectdb got, for reconnects */
+    int unprepared; /* 1: the session lost the statements (26000): prepared before the next */
     int64_t statement_timeout_ms;
     char table[PG_IDEM_TABLE_MAX + 1];
     char *sql[PGQ_COUNT];                          /* statement texts for this table */
@@ -68,7 +69,9 @@ extern const unsigned acemq__pg_idem_types[PGQ_COUNT][5];
  * for r (NULL: the connection's error). */
 int acemq__pg_idem_fail(acemq_idem *h, PGresult *r, const char *doing);
 /* Reconnects an own connection that was lost (once per call) and prepares
- * the statements again; 0 when the connection is usable. */
+ * the statements again, as it does on a connection whose session lost them
+ * (unprepared: the caller's PQreset or DEALLOCATE ALL); 0 when the
+ * connection is usable. */
 int acemq__pg_idem_ensure_connected(acemq_idem *h);
 void acemq__pg_idem_close(acemq_idem *h);
 /* What a postgres:// URL names before any connection: the table, the
