@@ -24,6 +24,7 @@ static void usage_line(FILE *f)
 {
     fputs("usage: acemq consume --broker URL --queue Q --store URL [--prefetch N] [--lease S]\n"
           "                     [--attempts N] [--retry-delay S] [--dead-letter EXCHANGE]\n"
+          "                     [--heartbeat S]\n"
           "                     [--key EXPR] [--audit] [--metrics HOST:PORT] [-v]\n"
           "                     (--exec | --pipe) -- COMMAND [ARGS...]\n",
           f);
@@ -56,6 +57,10 @@ static void help(void)
           "                        x-acemq-error, x-acemq-failures and x-acemq-queue\n"
           "                        headers; without it they are rejected to the queue's\n"
           "                        own dead-letter exchange (x-dead-letter-exchange)\n"
+          "  --heartbeat S         AMQP heartbeat (default 30; 0 off). Heartbeats are\n"
+          "                        answered between messages: above COMMAND's longest\n"
+          "                        run, or the broker drops the connection meanwhile and\n"
+          "                        delivers what was in hand again\n"
           "  --key EXPR            the key: ${message_id} (default), ${routing_key},\n"
           "                        ${header.NAME} and text, e.g. 'order-${header.order_id}'\n"
           "  --audit               a message audit in front of the store, for keys that\n"
@@ -118,6 +123,7 @@ static const char *consumer_why(void)
 /* What the command line asked for. */
 typedef struct args {
     const char *broker, *queue, *store, *metrics;
+    acemq_broker_options broker_opts; /* the consumer's connection: heartbeat */
     int audit, pipe;
     char **command;
 } args;
@@ -168,6 +174,9 @@ static int parse(int argc, char **argv, args *a, acemq_consumer_options *o)
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--prefetch", &v)) != 0) {
             if (m < 0 || acemq__cli_parse_u32(CMD, "--prefetch", v, 1, 65535, &u) != 0) return -1;
             o->prefetch = (int)u;
+        } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--heartbeat", &v)) != 0) {
+            if (m < 0 || acemq__cli_parse_u32(CMD, "--heartbeat", v, 0, 3600, &u) != 0) return -1;
+            a->broker_opts.heartbeat_s = (int)u;
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--attempts", &v)) != 0) {
             if (m < 0 || acemq__cli_parse_u32(CMD, "--attempts", v, 1, 1000000, &u) != 0) return -1;
             o->max_attempts = (int)u;
@@ -191,6 +200,7 @@ static int parse(int argc, char **argv, args *a, acemq_consumer_options *o)
 int acemq__cli_consume(int argc, char **argv)
 {
     args a = {0};
+    acemq_broker_options_init(&a.broker_opts);
     acemq_consumer_options o;
     acemq_consumer_options_init(&o);
     int rc = parse(argc, argv, &a, &o);
@@ -208,6 +218,7 @@ int acemq__cli_consume(int argc, char **argv)
         o.handler = acemq__consume_exec;
     o.ctx = a.pipe ? (void *)&pipe_child : (void *)&command;
     o.log = stderr;
+    o.broker = &a.broker_opts;
 
     acemq__cli_catch_stop_signals();
 

@@ -37,7 +37,8 @@ static const char *broker_why(void)
 static void usage_line(FILE *f)
 {
     fputs("usage: acemq relay --outbox URL --broker URL [--batch N] [--lease S] [--window N]\n"
-          "                   [--poll S] [--confirm-timeout S] [--synchronous MODE]\n"
+          "                   [--poll S] [--confirm-timeout S] [--heartbeat S]\n"
+          "                   [--synchronous MODE]\n"
           "                   [--delete-published] [--metrics HOST:PORT] [-v]\n",
           f);
 }
@@ -64,6 +65,8 @@ static void help(void)
           "  --poll S             seconds between looks when idle; PostgreSQL wakes at once\n"
           "                       on NOTIFY (default 1; decimals allowed, e.g. 0.05)\n"
           "  --confirm-timeout S  a confirm later than this is unknown (default 20)\n"
+          "  --heartbeat S        AMQP heartbeat: a broker silent for twice S is taken as\n"
+          "                       gone and connected again; 0 off (default 30)\n"
           "  --synchronous MODE   full, normal or off: whether the relay's own claims and\n"
           "                       marks wait for the disk (default full). Below full a\n"
           "                       database crash can forget the last marks, and those\n"
@@ -164,6 +167,10 @@ int acemq__cli_relay(int argc, char **argv)
                 acemq__cli_parse_seconds(CMD, "--confirm-timeout", v, 1, 3600000, &ms) != 0)
                 return usage_error();
             bo.confirm_timeout_ms = (int)ms;
+        } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--heartbeat", &v)) != 0) {
+            if (m < 0 || acemq__cli_parse_u32(CMD, "--heartbeat", v, 0, 3600, &u) != 0)
+                return usage_error();
+            bo.heartbeat_s = (int)u;
         } else if ((m = acemq__cli_option(CMD, argc, argv, &i, "--synchronous", &v)) != 0) {
             if (m < 0 || parse_synchronous(v, &oo.synchronous) != 0) return usage_error();
         } else {

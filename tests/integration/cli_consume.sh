@@ -162,7 +162,7 @@ check "exec: 60 messages published" test "$(ready "$q")" = 60
 cmd='printf "%s %s %s %s\n" "$ACEMQ_MESSAGE_ID" "${ACEMQ_HEADER_ORDER_ID:--}" \
   "${ACEMQ_HEADER_SOURCE:--}" "$(cat)" >>"$1"; grep "^SigIgn:" /proc/$$/status >"$2"'
 start_consumer "$tmp/exec.log" --broker "$broker" --queue "$q" --store "sqlite:$tmp/exec.db" \
-    --prefetch 8 --exec -- sh -c "$cmd" sh "$tmp/exec.out" "$tmp/exec.sigign"
+    --prefetch 8 --heartbeat 10 --exec -- sh -c "$cmd" sh "$tmp/exec.out" "$tmp/exec.sigign"
 check "exec: started" test $? = 0
 wait_until 120 metrics_reach processed=50 duplicates=10
 check "exec: 50 processed, per /metrics" test "$(metric acemq_consumer_processed_total)" = 50
@@ -365,6 +365,8 @@ usage "--prefetch 0" "--prefetch: want a number from 1 to 65535, got '0'" \
     --broker "$broker" --queue "$run.exec" --store memory: --prefetch 0 --exec -- true
 usage "--prefetch lots" "--prefetch: want a number from 1 to 65535, got 'lots'" \
     --broker "$broker" --queue "$run.exec" --store memory: --prefetch lots --exec -- true
+usage "--heartbeat past an hour" "--heartbeat: want a number from 0 to 3600, got '3601'" \
+    --broker "$broker" --queue "$run.exec" --store memory: --heartbeat 3601 --exec -- true
 usage "--exec without a command" "--exec needs a command" \
     --broker "$broker" --queue "$run.exec" --store memory: --exec --
 usage "an unknown option" "unknown argument '--fast'" \

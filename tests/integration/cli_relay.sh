@@ -135,6 +135,9 @@ check "--delete-published: no row left" test "$(sqlite3 "$db2" "SELECT count(*) 
 check "relay without --broker: exit 2" test $? = 2
 "$acemq" relay --outbox "$url" --broker memory: --lease 10 --confirm-timeout 20 >/dev/null 2>&1
 check "lease not above the confirm timeout: exit 2" test $? = 2
+"$acemq" relay --outbox "$url" --broker memory: --heartbeat -1 2>"$tmp/heartbeat.err"
+check "--heartbeat -1: exit 2" test $? = 2
+check "--heartbeat -1: the range named" grep -q 'from 0 to 3600' "$tmp/heartbeat.err"
 "$acemq" relay --outbox "$url" --broker memory: --synchronous sometimes 2>"$tmp/sync.err"
 check "unknown --synchronous: exit 2" test $? = 2
 check "unknown --synchronous: the choices named" grep -q 'full, normal or off' "$tmp/sync.err"
