@@ -22,6 +22,10 @@ typedef struct fiu_world {
     sqlite3 *caller;
     acemq_manual_clock *clock;
     acemq_outbox *outbox; /* world_outbox's, closed at teardown */
+    /* 1: the stores under test are servers, whose reply to a call that took
+     * effect can be lost (world_faults_network): a retry may then find the
+     * release done, and a claim held by the call that failed. */
+    int replies_can_be_lost;
 } fiu_world;
 
 /* Errors seen, by code, and how many calls were judged. */
@@ -42,6 +46,10 @@ void world_expect_integrity(sqlite3 *db);
 /* Turns faults on for the next call: which kinds and how likely, drawn
  * from the seeded generator. */
 void world_faults_on(void);
+/* From now on world_faults_on draws from the network mix: sockets (send,
+ * recv; and write, read, which hiredis uses on its socket) often, memory
+ * rarely, or (memory 0) never. */
+void world_faults_network(int memory);
 
 /* rc (the call's answer, made at iteration i) is success or ENOMEM, EIO or
  * EBACKEND with a non-empty message; counted in c. */

@@ -91,7 +91,9 @@ static int statement_missing(const PGresult *r)
  * network cut) is made again and the statement sent once more: each
  * statement is atomic, so the first try either committed or did not. A
  * claim that did commit then answers IN_PROGRESS to its own retry and its
- * lease runs out as any abandoned claim's; a confirm repeats harmlessly.
+ * lease runs out as any abandoned claim's; a confirm repeats harmlessly; a
+ * release that did commit answers ACEMQ_ESTALE to its retry (its token no
+ * longer holds anything, which is what the caller wanted).
  * Statements the session lost are prepared again and the statement sent
  * once more; inside a caller's transaction, which the failure aborted, the
  * error is answered and the next call prepares them. */

@@ -65,11 +65,14 @@ static int prepare_all(acemq_idem *h)
         PGresult *r = PQprepare(p->conn, p->names[i], p->sql[i], acemq__pg_idem_nparams[i],
                                 acemq__pg_idem_types[i]);
         if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
-            /* A caller's connection may hold them already from a store
-             * opened on it before (42P05, duplicate_prepared_statement):
-             * the same text for the same table. */
+            /* The session may hold them already (42P05,
+             * duplicate_prepared_statement): a caller's connection from a
+             * store opened on it before, the store's own from a prepare_all
+             * that stopped partway (a failed allocation) on a connection
+             * that stayed up. The same name is the same text for the same
+             * table. */
             const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-            if (!p->owns_conn && state && strcmp(state, "42P05") == 0) {
+            if (state && strcmp(state, "42P05") == 0) {
                 PQclear(r);
                 continue;
             }
@@ -264,8 +267,11 @@ int acemq__pg_idem_parse_url(acemq_idem *h, const acemq__url *u, const char **ta
         size_t len = err ? strlen(err) : 0;
         while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
             len--;
-        rc = acemq__idem_fail(h, err ? ACEMQ_EURL : ACEMQ_ENOMEM, "postgres: bad URL: %.*s",
-                              (int)len, err ? err : "out of memory");
+        /* libpq tells a failed allocation from a bad URL only in words. */
+        int oom = !err || strncmp(err, "out of memory", 13) == 0;
+        rc = acemq__idem_fail(h, oom ? ACEMQ_ENOMEM : ACEMQ_EURL, "postgres: %s: %.*s",
+                              oom ? "checking the URL" : "bad URL", (int)len,
+                              err ? err : "out of memory");
         PQfreemem(err);
         free(info);
         info = NULL;
