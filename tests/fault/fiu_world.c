@@ -260,32 +260,68 @@ void world_expect_all_published(fiu_world *w, int n)
     world_expect_integrity(w->caller);
 }
 
+void world_tally_start(world_tally *t, int n)
+{
+    t->seen = calloc((size_t)n, sizeof *t->seen);
+    assert_non_null(t->seen);
+    t->n = n;
+    t->stranger[0] = '\0';
+}
+
+int world_tally_add(world_tally *t, const char *id, size_t len)
+{
+    char text[64];
+    snprintf(text, sizeof text, "%.*s", (int)(len < 63 ? len : 63), id);
+    int k = -1;
+    char rest = 0;
+    if (sscanf(text, "order-%d%c", &k, &rest) != 1 || k < 0 || k >= t->n) {
+        snprintf(t->stranger, sizeof t->stranger, "%s", text);
+        return -1;
+    }
+    t->seen[k]++;
+    return 0;
+}
+
+long world_tally_end(world_tally *t, const char *where)
+{
+    long duplicates = 0;
+    int missing = -1;
+    char list[256] = "";
+    size_t used = 0;
+    int more = 0; /* the list was cut short */
+    for (int k = 0; k < t->n; k++) {
+        if (!t->seen[k] && missing < 0) missing = k;
+        if (t->seen[k] < 2) continue;
+        duplicates += t->seen[k] - 1;
+        if (used + 32 < sizeof list) {
+            int wrote = snprintf(list + used, sizeof list - used, "%sorder-%06d x%u",
+                                 used ? ", " : "", k, t->seen[k]);
+            if (wrote > 0) used += (size_t)wrote;
+        } else {
+            more = 1;
+        }
+    }
+    free(t->seen);
+    t->seen = NULL;
+    if (t->stranger[0]) fail_msg("%s: the broker holds '%s', never committed", where, t->stranger);
+    if (missing >= 0) fail_msg("%s: record order-%06d never reached the broker", where, missing);
+    printf("%s: duplicates: %ld%s%s%s\n", where, duplicates, duplicates ? ": " : "", list,
+           more ? ", ..." : "");
+    return duplicates;
+}
+
 long world_expect_broker_holds(fiu_world *w, acemq_broker *probe, int n)
 {
     (void)w;
-    unsigned char *seen = calloc((size_t)n, 1);
-    assert_non_null(seen);
+    world_tally t;
+    world_tally_start(&t, n);
     size_t total = acemq__memory_broker_count(probe);
-    long duplicates = 0;
-    char stranger[ACEMQ_OUTBOX_ID_MAX + 1] = "";
-    for (size_t i = 0; i < total && !stranger[0]; i++) {
+    for (size_t i = 0; i < total; i++) {
         acemq__stored_msg m;
         assert_int_equal(acemq__memory_broker_get(probe, i, &m), 0);
-        int k = -1;
-        if (sscanf(m.message_id, "order-%d", &k) != 1 || k < 0 || k >= n) {
-            snprintf(stranger, sizeof stranger, "%s", m.message_id);
-            break;
-        }
-        if (seen[k]) duplicates++;
-        seen[k] = 1;
+        if (world_tally_add(&t, m.message_id, strlen(m.message_id)) != 0) break;
     }
-    int missing = -1;
-    for (int k = 0; k < n && missing < 0 && !stranger[0]; k++)
-        if (!seen[k]) missing = k;
-    free(seen);
-    if (stranger[0]) fail_msg("the broker holds '%s', never committed", stranger);
-    if (missing >= 0) fail_msg("record %d never reached the broker", missing);
-    return duplicates;
+    return world_tally_end(&t, "memory broker");
 }
 
 /* ------------------------------------------------------------------ idem */

@@ -70,8 +70,22 @@ void world_drain_outbox(fiu_world *w, acemq_outbox *h);
 /* Records 0..n-1 are all published, nothing else is in the outbox, and
  * nothing waits, claimed or dead. */
 void world_expect_all_published(fiu_world *w, int n);
-/* The broker holds each of records 0..n-1 at least once and nothing else;
- * returns how many copies were duplicates. */
+/* What reached a broker, message id by message id: each must be one of
+ * records 0..n-1 ("order-%06d"), and each of those must come at least once. */
+typedef struct world_tally {
+    unsigned *seen; /* copies of record k */
+    int n;
+    char stranger[ACEMQ_OUTBOX_ID_MAX + 1]; /* the first id that is no record's */
+} world_tally;
+void world_tally_start(world_tally *t, int n);
+/* Counts one message id (len bytes); 0, or -1 once a stranger came (stop). */
+int world_tally_add(world_tally *t, const char *id, size_t len);
+/* Fails the test on a stranger or a record that never came; prints where
+ * ("relay amqp") with the ids that came more than once, frees t and returns
+ * how many copies were extra. */
+long world_tally_end(world_tally *t, const char *where);
+/* The in-process broker holds each of records 0..n-1 at least once and
+ * nothing else (world_tally); returns how many copies were duplicates. */
 long world_expect_broker_holds(fiu_world *w, acemq_broker *probe, int n);
 
 /* The idempotency store at url driven through try_claim, confirm, release

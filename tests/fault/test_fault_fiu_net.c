@@ -158,51 +158,20 @@ static void expect_recovery(acemq_relay *r, relay_counts *c, int i)
     c->recovered_second++;
 }
 
-/* Every message in q (faults off): each is one of records 0..n-1, each of
- * those is there; prints the ids that came more than once and returns how
- * many copies were extra. */
+/* Every message in q (faults off) is one of records 0..n-1, and each of
+ * those is there (world_tally); returns how many copies were extra. */
 static long expect_queue_holds(const char *q, int n)
 {
-    unsigned *seen = calloc((size_t)n, sizeof *seen);
-    assert_non_null(seen);
-    char stranger[128] = "";
+    world_tally t;
+    world_tally_start(&t, n);
     amqp_message_t m;
-    while (!stranger[0] && get_one(q, &m)) {
+    while (get_one(q, &m)) {
         amqp_bytes_t mid = m.properties.message_id;
-        char id[64];
-        snprintf(id, sizeof id, "%.*s", (int)(mid.len < 63 ? mid.len : 63),
-                 (const char *)mid.bytes);
-        int k = -1;
-        char rest = 0;
-        if (sscanf(id, "order-%d%c", &k, &rest) != 1 || k < 0 || k >= n)
-            snprintf(stranger, sizeof stranger, "%s", id);
-        else
-            seen[k]++;
+        int bad = world_tally_add(&t, mid.bytes, mid.len);
         amqp_destroy_message(&m);
+        if (bad) break;
     }
-    long duplicates = 0;
-    int missing = -1;
-    char list[256] = "";
-    size_t used = 0;
-    int more = 0; /* the list was cut short */
-    for (int k = 0; k < n; k++) {
-        if (!seen[k] && missing < 0) missing = k;
-        if (seen[k] < 2) continue;
-        duplicates += seen[k] - 1;
-        if (used + 32 < sizeof list) {
-            int wrote = snprintf(list + used, sizeof list - used, "%sorder-%06d x%u",
-                                 used ? ", " : "", k, seen[k]);
-            if (wrote > 0) used += (size_t)wrote;
-        } else {
-            more = 1;
-        }
-    }
-    free(seen);
-    if (stranger[0]) fail_msg("the queue holds '%s', never committed", stranger);
-    if (missing >= 0) fail_msg("record order-%06d never reached the queue", missing);
-    printf("relay amqp: duplicates: %ld%s%s%s\n", duplicates, duplicates ? ": " : "", list,
-           more ? ", ..." : "");
-    return duplicates;
+    return world_tally_end(&t, "relay amqp");
 }
 
 /* acemq_broker_open under faults: clean, and nothing left behind. */

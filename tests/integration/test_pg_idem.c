@@ -84,16 +84,25 @@ static acemq_idem *open_on(PGconn *c, const char *table, unsigned flags)
     return h;
 }
 
+/* A fresh store table name in table, and a connection on which the
+ * caller's effect table "<table>_effect" (one row per applied id) exists. */
+static PGconn *with_effect_table(char *table, size_t cap)
+{
+    char sql[256];
+    fresh_table(table, cap);
+    PGconn *c = connect_pg();
+    snprintf(sql, sizeof sql, "CREATE TABLE %s_effect (id text PRIMARY KEY)", table);
+    exec_ok(c, sql);
+    return c;
+}
+
 /* The inbox: the effect and the confirmation commit or roll back together;
  * with no transaction open confirm writes nothing. */
 static void inbox_commits_and_rolls_back_with_the_effect(void **state)
 {
     (void)state;
     char table[80], sql[256];
-    fresh_table(table, sizeof table);
-    PGconn *c = connect_pg();
-    snprintf(sql, sizeof sql, "CREATE TABLE %s_effect (id text PRIMARY KEY)", table);
-    exec_ok(c, sql);
+    PGconn *c = with_effect_table(table, sizeof table);
     acemq_idem *h = open_on(c, table, ACEMQ_IDEM_CONFIRM_IN_CALLER_TX);
     acemq_claim cl;
 
@@ -137,10 +146,7 @@ static void the_callers_session_loses_the_statements(void **state)
 {
     (void)state;
     char table[80], sql[256];
-    fresh_table(table, sizeof table);
-    PGconn *c = connect_pg();
-    snprintf(sql, sizeof sql, "CREATE TABLE %s_effect (id text PRIMARY KEY)", table);
-    exec_ok(c, sql);
+    PGconn *c = with_effect_table(table, sizeof table);
     acemq_idem *h = open_on(c, table, ACEMQ_IDEM_CONFIRM_IN_CALLER_TX);
     acemq_claim cl;
     assert_int_equal(acemq_idem_try_claim(h, "a", 1, NULL, &cl), ACEMQ_CLAIMED);
@@ -206,10 +212,7 @@ static void inbox_survives_kill_9_around_commit(void **state)
 {
     (void)state;
     char table[80], sql[512];
-    fresh_table(table, sizeof table);
-    PGconn *c = connect_pg();
-    snprintf(sql, sizeof sql, "CREATE TABLE %s_effect (id text PRIMARY KEY)", table);
-    exec_ok(c, sql);
+    PGconn *c = with_effect_table(table, sizeof table);
     acemq_idem *h = open_on(c, table, 0); /* makes the schema before the children race */
     srand(42);
     for (int round = 0; round < 50; round++) {
