@@ -2,14 +2,13 @@
  * open-addressed table of producer windows in LRU order, with its own memory
  * of evictions, counters and, in the thread-safe flavour, its own lock.
  *
- * The common check (check_fast) is the id split at its last ':', an XXH3
- * hash of the producer, its home slot, a memcmp of the key and the window's
- * inline case, straight-line, with no allocation once the producer is known;
- * everything else goes to the general check (check_general), which answers
- * every case. The single-thread flavour is one shard and takes no lock. The
- * thread-safe flavour picks a shard by the hash's top bits and holds only
- * that shard's lock, so checks on producers in different shards never wait
- * for each other.
+ * The common check (check_fast) is the id split at its last ':', a hash
+ * of the producer, its home slot, a comparison of the key (both in
+ * audit_key.h) and the window's inline case, straight-line, with no allocation once the producer is
+ * known; everything else goes to the general check (check_general), which answers every case. The
+ * single-thread flavour is one shard and takes no lock. The thread-safe flavour picks a shard by
+ * the hash's top bits and holds only that shard's lock, so checks on producers in different shards
+ * never wait for each other.
  *
  * The LRU in the thread-safe flavour is per shard, an approximation: when the
  * audit holds max_producers producers, a newcomer evicts the least recently

@@ -20,6 +20,7 @@ int audit_check_either(acemq_audit *a, const char *producer, uint64_t seq, int t
 
 /* audit_ids.c */
 void parses_activemq_ids(void **state);
+void producers_one_byte_apart(void **state);
 void rejects_malformed_ids(void **state);
 void parse_agrees_with_reference(void **state);
 void options_are_checked(void **state);

@@ -1,6 +1,6 @@
 /* audit_ids.c — ActiveMQ-style ids as the audit reads them (well-formed,
- * malformed, and random ones against a plain byte-by-byte reading), the
- * options it accepts, and the names of its answers. */
+ * malformed, and random ones against a plain byte-by-byte reading), producers
+ * one byte apart, the options it accepts, and the names of its answers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "acemq/acemq.h"
+#include "audit/audit_key.h"
 #include "audit_fixture.h"
 
 void parses_activemq_ids(void **state)
@@ -195,4 +196,48 @@ void names(void **state)
     assert_string_equal(acemq_audit_cause_name(ACEMQ_AUDIT_BEHIND_WINDOW), "BEHIND_WINDOW");
     assert_string_equal(acemq_audit_cause_name(ACEMQ_AUDIT_BEFORE_START), "BEFORE_START");
     assert_string_equal(acemq_audit_cause_name(42), "?");
+}
+
+/* Producers one byte apart, at every position of every length from 1 to
+ * 100 bytes (both sides of the 16- and 80-byte bounds of the block
+ * comparison in audit_key.h), and producers one a prefix of the other, are
+ * different producers; the table's hash tells every such pair apart, so
+ * that none of them shares a home slot by construction, and so does the
+ * comparison. */
+void producers_one_byte_apart(void **state)
+{
+    (void)state;
+    enum { LEN_MAX = 100 };
+    char base[LEN_MAX + 2], other[LEN_MAX + 2];
+    for (size_t len = 1; len <= LEN_MAX; len++) {
+        for (size_t i = 0; i <= len; i++)
+            base[i] = "ID:broker-7.eu-west.example.net-61616-1700000000000-1:4:1:"[i % 58];
+        base[len + 1] = '\0';
+        for (size_t at = 0; at <= len; at++) {
+            /* at == len: other is base and one byte more. */
+            memcpy(other, base, len + 2);
+            size_t other_len = at == len ? len + 1 : len;
+            if (at < len) other[at] = (char)(other[at] ^ 0x01);
+            assert_true(key_hash(base, len) != key_hash(other, other_len));
+#ifdef __SSE2__
+            /* The comparison alone, since keys whose hashes differ never reach it. */
+            if (len >= 16 && len <= 80 && at < len) {
+                assert_false(
+                    same_bytes_16_to_80((unsigned char *)base, (unsigned char *)other, len));
+                other[at] = base[at];
+                assert_true(
+                    same_bytes_16_to_80((unsigned char *)base, (unsigned char *)other, len));
+                other[at] = (char)(other[at] ^ 0x01);
+            }
+#endif
+            acemq_audit *a = audit_make(2048, 64, ACEMQ_AUDIT_FAIL_CLOSED, 0);
+            assert_int_equal(acemq_audit_check_seq(a, base, len, 1, NULL), ACEMQ_AUDIT_NEW);
+            assert_int_equal(acemq_audit_check_seq(a, other, other_len, 1, NULL), ACEMQ_AUDIT_NEW);
+            assert_int_equal(acemq_audit_check_seq(a, base, len, 1, NULL), ACEMQ_AUDIT_DUPLICATE);
+            assert_int_equal(acemq_audit_check_seq(a, other, other_len, 1, NULL),
+                             ACEMQ_AUDIT_DUPLICATE);
+            assert_true(audit_stats(a).producers == 2);
+            acemq_audit_free(a);
+        }
+    }
 }

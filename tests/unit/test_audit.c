@@ -17,6 +17,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parses_activemq_ids),
+        cmocka_unit_test(producers_one_byte_apart),
         cmocka_unit_test(rejects_malformed_ids),
         cmocka_unit_test(parse_agrees_with_reference),
         cmocka_unit_test(options_are_checked),
