@@ -367,9 +367,9 @@ int main(int argc, char **argv)
         }
     }
     fiu_faults_start(argv, base_seed);
-    /* A write on a socket that fiu_net.c shut down raises SIGPIPE where the
-     * library does not send with MSG_NOSIGNAL (hiredis); a server's client
-     * ignores it, as acemq's commands do. */
+    /* A write on a socket that fiu_net.c shut down raises SIGPIPE unless
+     * sent with MSG_NOSIGNAL; a server's client ignores it, as acemq's
+     * commands do. */
     if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) return 1;
     /* libpq's GSSAPI probe at connect (gssencmode=prefer) crashes inside
      * libgssapi_krb5 (gss_acquire_cred) when a malloc there fails: not

@@ -6,10 +6,10 @@
  *
  * Four processes on one store, a lease and a whole record running out on
  * the server's clock, the script cache flushed and the shared server
- * restarted under an open store, bad URLs, a wrong password, a server that
- * is down or stops answering, and the durability warning. Needs
- * ACEMQ_REDIS_URL; exits 77 (skipped) without it. Waits poll what the
- * server says; nothing asserts on time. */
+ * restarted under an open store, connections the server closes, bad URLs, a
+ * wrong password, a server that is down or stops answering, and the
+ * durability warning. Needs ACEMQ_REDIS_URL; exits 77 (skipped) without it.
+ * Waits poll what the server says; nothing asserts on time. */
 #define _DEFAULT_SOURCE
 #include <setjmp.h>
 #include <signal.h>
@@ -325,6 +325,53 @@ static void server_restart(void **state)
     acemq_idem_close(h);
 }
 
+/* Closes every connection to port but admin's, as a server does to its
+ * clients at CLIENT KILL, and waits until it has. */
+static void kill_clients(redisContext *admin)
+{
+    redisReply *r = redisCommand(admin, "CLIENT KILL TYPE normal SKIPME yes");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+}
+
+/* The server closes the store's connection (CLIENT KILL) just after a call:
+ * the next call, on a socket the server closed, either fails with ACEMQ_EIO
+ * ("whether it ran is unknown") or runs, and the call after it runs on a new
+ * connection. A connection closed while it sat idle is noticed before
+ * anything is sent on it, so that call runs. */
+static void connection_closed_by_server(void **state)
+{
+    (void)state;
+    server s;
+    server_start(&s, NULL, NULL);
+    char url[300];
+    server_url(&s, NULL, NULL, url, sizeof url);
+    acemq_idem *h = open_url(url, 0, 0);
+    redisContext *admin = redisConnect("127.0.0.1", s.port);
+    assert_true(admin && !admin->err);
+    acemq_claim c;
+    for (int round = 0; round < 20; round++) {
+        char id[32];
+        int n = snprintf(id, sizeof id, "busy-%d", round);
+        assert_int_equal(acemq_idem_try_claim(h, id, (size_t)n, NULL, &c), ACEMQ_CLAIMED);
+        kill_clients(admin);
+        int rc = acemq_idem_confirm(h, id, (size_t)n, c.token);
+        if (rc != 0 && rc != ACEMQ_EIO)
+            fail_msg("confirm after CLIENT KILL: %s", acemq_err_name(rc));
+        assert_int_equal(acemq_idem_confirm(h, id, (size_t)n, c.token), 0);
+        assert_int_equal(acemq_idem_is_confirmed(h, id, (size_t)n), 1);
+    }
+    assert_int_equal(acemq_idem_try_claim(h, "idle", 4, NULL, &c), ACEMQ_CLAIMED);
+    kill_clients(admin);
+    pause_ms(300); /* idle longer than the store's check (IDLE_CHECK_MS, connection.c) */
+    assert_int_equal(acemq_idem_confirm(h, "idle", 4, c.token), 0);
+    assert_int_equal(acemq_idem_is_confirmed(h, "idle", 4), 1);
+    redisFree(admin);
+    acemq_idem_close(h);
+    server_stop(&s);
+}
+
 /* Bad URLs: refused at open with a reason that names the part. */
 static void bad_urls(void **state)
 {
@@ -493,6 +540,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(server_down),
         cmocka_unit_test(server_stops_answering),
         cmocka_unit_test(server_restart),
+        cmocka_unit_test(connection_closed_by_server),
     };
     return cmocka_run_group_tests_name("redis idem", tests, NULL, NULL);
 }

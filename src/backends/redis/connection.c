@@ -4,20 +4,20 @@
  * at a time, the reconnect after a broken connection and the reload of the
  * scripts after NOSCRIPT.
  *
- * hiredis writes with write(2): on a connection the server closed, that
- * raises SIGPIPE, whose default kills the process. A library must not
- * change the process's signal handling, so each exchange blocks SIGPIPE in
- * the calling thread and takes back a SIGPIPE it caused before unblocking
- * (the EPIPE error tells the story instead).
+ * Commands go out through send(2) with MSG_NOSIGNAL, not through hiredis,
+ * which writes with write(2): on a connection the server closed, write
+ * raises SIGPIPE, whose default kills the process, and a library must not
+ * change the process's signal handling. hiredis formats the commands and
+ * reads the replies; its output buffer stays empty, so it never writes.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "backends/redis/idem_redis.h"
@@ -217,36 +217,84 @@ void acemq__redis_target_free(redis_target *t)
     t->user = t->password = NULL;
 }
 
-/* ---- SIGPIPE ------------------------------------------------------------- */
+/* ---- sending and receiving ------------------------------------------------ */
 
-typedef struct nopipe {
-    sigset_t old;
-    int was_pending;
-} nopipe;
-
-static void nopipe_begin(nopipe *s)
+/* An I/O error on c, worded as hiredis words its own (see io_fail). */
+static void set_io_error(redisContext *c, int err)
 {
-    sigset_t pipe_set, pending;
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    sigemptyset(&pending);
-    (void)sigpending(&pending);
-    s->was_pending = sigismember(&pending, SIGPIPE) == 1;
-    (void)pthread_sigmask(SIG_BLOCK, &pipe_set, &s->old);
+    c->err = REDIS_ERR_IO;
+    snprintf(c->errstr, sizeof c->errstr, "%s", strerror(err));
 }
 
-static void nopipe_end(nopipe *s)
+/* Sends all of buf; 0, or -1 with the error on c. A send past the
+ * socket's SO_SNDTIMEO (command_timeout_ms) fails with EAGAIN. */
+static int send_all(redisContext *c, const char *buf, size_t len)
 {
-    sigset_t pipe_set, pending;
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    sigemptyset(&pending);
-    if (!s->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+    while (len > 0) {
+        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            set_io_error(c, errno);
+            return -1;
         }
+        buf += n;
+        len -= (size_t)n;
     }
-    (void)pthread_sigmask(SIG_SETMASK, &s->old, NULL);
+    return 0;
+}
+
+/* A growing buffer of formatted commands, sent in one go. */
+typedef struct outgoing {
+    char *p;
+    size_t len, cap;
+} outgoing;
+
+/* Adds one command; 0, or ACEMQ_ENOMEM. */
+static int outgoing_add(outgoing *o, int argc, const char **argv, const size_t *lens)
+{
+    char *cmd = NULL;
+    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (n < 0) return ACEMQ_ENOMEM;
+    if (!o->p || o->len + (size_t)n > o->cap) {
+        size_t cap = o->cap ? o->cap : 512;
+        while (cap < o->len + (size_t)n)
+            cap *= 2;
+        char *p = realloc(o->p, cap);
+        if (!p) {
+            redisFreeCommand(cmd);
+            return ACEMQ_ENOMEM;
+        }
+        o->p = p;
+        o->cap = cap;
+    }
+    memcpy(o->p + o->len, cmd, (size_t)n);
+    o->len += (size_t)n;
+    redisFreeCommand(cmd);
+    return 0;
+}
+
+/* One command and its reply: 0 with *reply set; -1 with the error on c
+ * (*reply NULL); ACEMQ_ENOMEM when the command could not be formatted. */
+static int round_trip(redisContext *c, int argc, const char **argv, const size_t *lens,
+                      redisReply **reply)
+{
+    *reply = NULL;
+    outgoing o = {0};
+    int rc = outgoing_add(&o, argc, argv, lens);
+    if (rc != 0) return rc;
+    rc = send_all(c, o.p, o.len);
+    free(o.p);
+    void *got = NULL;
+    if (rc != 0 || redisGetReply(c, &got) != REDIS_OK || !got) return -1;
+    *reply = got;
+    return 0;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0;
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 /* ---- connecting ---------------------------------------------------------- */
@@ -304,9 +352,11 @@ static int setup_refused(acemq_idem *h, const char *what, const redisReply *repl
 static int setup_command(acemq_idem *h, const char *what, int argc, const char **argv)
 {
     redis_idem *r = h->self;
-    redisReply *reply = redisCommandArgv(r->c, argc, argv, NULL);
-    if (!reply) return acemq__redis_io_fail(h, what);
-    int rc = reply->type == REDIS_REPLY_ERROR ? setup_refused(h, what, reply) : 0;
+    redisReply *reply;
+    int rc = round_trip(r->c, argc, argv, NULL, &reply);
+    if (rc == ACEMQ_ENOMEM) return acemq__idem_fail(h, rc, "redis: out of memory for %s", what);
+    if (rc != 0) return acemq__redis_io_fail(h, what);
+    rc = reply->type == REDIS_REPLY_ERROR ? setup_refused(h, what, reply) : 0;
     freeReplyObject(reply);
     return rc;
 }
@@ -344,22 +394,28 @@ static int connect_now(acemq_idem *h)
 }
 
 /* 1 when the server closed the idle connection (a restart, a timeout on
- * its side): nothing is owed on it, so it can be replaced before sending. */
-static int closed_while_idle(redisContext *c)
+ * its side): nothing is owed on it, so it can be replaced before sending,
+ * and the command runs instead of failing with "whether it ran is
+ * unknown". Asked (one poll(2)) only of a connection idle for IDLE_CHECK_MS
+ * or more: a server that answered less than that ago has not restarted
+ * since, and its idle timeout is whole seconds; a busy connection then
+ * pays no system call for it. */
+#define IDLE_CHECK_MS 100
+
+static int closed_while_idle(redis_idem *r)
 {
-    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    if (mono_ms() - r->last_reply_ms < IDLE_CHECK_MS) return 0;
+    struct pollfd p = {.fd = r->c->fd, .events = POLLIN};
     return poll(&p, 1, 0) != 0;
 }
 
 int acemq__redis_ensure(acemq_idem *h)
 {
     redis_idem *r = h->self;
-    if (r->c && !r->c->err && !closed_while_idle(r->c)) return 0;
+    if (r->c && !r->c->err && !closed_while_idle(r)) return 0;
     acemq__redis_drop(r);
-    nopipe np;
-    nopipe_begin(&np);
     int rc = connect_now(h);
-    nopipe_end(&np);
+    if (rc == 0) r->last_reply_ms = mono_ms();
     return rc;
 }
 
@@ -377,11 +433,16 @@ int acemq__redis_command(acemq_idem *h, int argc, const char **argv, const size_
     *reply = NULL;
     int rc = acemq__redis_ensure(h);
     if (rc != 0) return rc;
-    nopipe np;
-    nopipe_begin(&np);
-    *reply = redisCommandArgv(r->c, argc, argv, lens);
-    nopipe_end(&np);
-    if (!*reply) return acemq__redis_io_fail(h, argv[0]);
+    rc = round_trip(r->c, argc, argv, lens, reply);
+    if (rc == ACEMQ_ENOMEM) {
+        (void)acemq__idem_fail(h, rc, "redis: out of memory for %s", argv[0]);
+        return ACEMQ_ENOMEM;
+    }
+    if (rc != 0 || !*reply) {
+        (void)acemq__redis_io_fail(h, argv[0]);
+        return ACEMQ_EIO;
+    }
+    r->last_reply_ms = mono_ms();
     return 0;
 }
 
@@ -475,14 +536,17 @@ static int send_and_read(acemq_idem *h, size_t n, const unsigned char *todo,
     if (rc != 0) return rc;
     const char *argv[REDIS_ARGV_MAX];
     size_t lens[REDIS_ARGV_MAX];
-    for (size_t i = 0; i < n; i++) {
-        if (!todo[i]) continue;
-        int argc = build(h, ctx, i, argv, lens);
-        if (redisAppendCommandArgv(r->c, argc, argv, lens) != REDIS_OK)
-            return acemq__redis_io_fail(h, "a pipelined script");
+    outgoing o = {0};
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (todo[i]) rc = outgoing_add(&o, build(h, ctx, i, argv, lens), argv, lens);
     }
-    nopipe np;
-    nopipe_begin(&np);
+    if (rc != 0) {
+        free(o.p);
+        return acemq__idem_fail(h, rc, "redis: out of memory for a pipeline");
+    }
+    rc = send_all(r->c, o.p, o.len);
+    free(o.p);
+    if (rc != 0) return acemq__redis_io_fail(h, "a pipelined script");
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (!todo[i]) continue;
         void *reply = NULL;
@@ -491,7 +555,7 @@ static int send_and_read(acemq_idem *h, size_t n, const unsigned char *todo,
         else
             replies[i] = reply;
     }
-    nopipe_end(&np);
+    if (rc == 0) r->last_reply_ms = mono_ms();
     return rc;
 }
 

@@ -74,8 +74,9 @@ typedef struct redis_target {
 } redis_target;
 
 typedef struct redis_idem {
-    pthread_mutex_t lock; /* one call at a time on c */
-    redisContext *c;      /* NULL: connect on the next call */
+    pthread_mutex_t lock;  /* one call at a time on c */
+    redisContext *c;       /* NULL: connect on the next call */
+    int64_t last_reply_ms; /* CLOCK_MONOTONIC: c's last reply (or connect) */
     redis_target target;
     int server_clock; /* 1: the scripts read the server's TIME */
     char prefix[REDIS_PREFIX_MAX + 1];
