@@ -227,10 +227,12 @@ static void inbox_survives_kill_9_around_commit(void **state)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM %s_effect", table);
     long effects = count_rows(c, sql);
     assert_true(effects > 0);
-    /* Every effect confirmed, every confirmation with its effect. */
+    /* Every effect confirmed, every confirmation with its effect. An id
+     * the last child claimed and was killed before committing is held
+     * (state 1) with no effect, as it should be: only confirmations count. */
     snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM %s_effect e FULL JOIN %s i ON convert_to(e.id, 'UTF8') = i.id"
-             " AND i.state = 2 WHERE e.id IS NULL OR i.id IS NULL",
+             "SELECT count(*) FROM %s_effect e FULL JOIN (SELECT id FROM %s WHERE state = 2) i"
+             " ON convert_to(e.id, 'UTF8') = i.id WHERE e.id IS NULL OR i.id IS NULL",
              table, table);
     assert_int_equal(count_rows(c, sql), 0);
     for (int i = 0; i < 40; i++) {
