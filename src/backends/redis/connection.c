@@ -243,7 +243,7 @@ static int send_all(redisContext *c, const char *buf, size_t len)
     return 0;
 }
 
-/* A growing buffer of formatted commands, sent in one go. */
+/* A pipeline's formatted commands, sent in one go. */
 typedef struct outgoing {
     char *p;
     size_t len, cap;
@@ -279,11 +279,11 @@ static int round_trip(redisContext *c, int argc, const char **argv, const size_t
                       redisReply **reply)
 {
     *reply = NULL;
-    outgoing o = {0};
-    int rc = outgoing_add(&o, argc, argv, lens);
-    if (rc != 0) return rc;
-    rc = send_all(c, o.p, o.len);
-    free(o.p);
+    char *cmd = NULL;
+    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (n < 0) return ACEMQ_ENOMEM;
+    int rc = send_all(c, cmd, (size_t)n);
+    redisFreeCommand(cmd);
     void *got = NULL;
     if (rc != 0 || redisGetReply(c, &got) != REDIS_OK || !got) return -1;
     *reply = got;
