@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -177,10 +178,18 @@ static void the_callers_session_loses_the_statements(void **state)
     PQfinish(c);
 }
 
+/* Tells the parent how far the child got, one byte at a time ('r' ready,
+ * 'c' a commit), without ever waiting: a full pipe drops the byte. */
+static void tell(int fd, char what)
+{
+    (void)!write(fd, &what, 1);
+}
+
 /* A child applies ids one at a time: claim, then BEGIN, its effect row and
  * the confirm, COMMIT. Killed with SIGKILL at random moments, it leaves
- * every id with its effect exactly when it is confirmed. */
-static void child_applies(const char *table)
+ * every id with its effect exactly when it is confirmed. It says on fd
+ * (non-blocking) when it is ready and after each commit. */
+static void child_applies(const char *table, int fd)
 {
     PGconn *c = PQconnectdb(pg_url);
     if (PQstatus(c) != CONNECTION_OK) _exit(2);
@@ -190,6 +199,7 @@ static void child_applies(const char *table)
     o.lease_ms = 1; /* a killed holder's claim is taken over at once */
     acemq_idem *h = NULL;
     if (acemq_idem_open_pg(&h, c, &o, table) != 0) _exit(3);
+    tell(fd, 'r');
     char sql[256];
     for (int i = 0;; i = (i + 1) % 40) {
         char id[16];
@@ -201,9 +211,10 @@ static void child_applies(const char *table)
         PGresult *r = PQexec(c, sql);
         int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
-        if (ok && acemq_idem_confirm(h, id, (size_t)len, cl.token) == 0)
+        if (ok && acemq_idem_confirm(h, id, (size_t)len, cl.token) == 0) {
             PQclear(PQexec(c, "COMMIT"));
-        else
+            tell(fd, 'c');
+        } else
             PQclear(PQexec(c, "ROLLBACK"));
     }
 }
@@ -216,11 +227,25 @@ static void inbox_survives_kill_9_around_commit(void **state)
     acemq_idem *h = open_on(c, table, 0); /* makes the schema before the children race */
     srand(42);
     for (int round = 0; round < 50; round++) {
+        int pipefd[2];
+        assert_int_equal(pipe(pipefd), 0);
+        assert_int_equal(fcntl(pipefd[1], F_SETFL, O_NONBLOCK), 0);
         pid_t pid = fork();
         assert_true(pid >= 0);
-        if (pid == 0) child_applies(table);
-        pause_ms(5 + rand() % 40);
+        if (pid == 0) {
+            close(pipefd[0]);
+            child_applies(table, pipefd[1]);
+        }
+        close(pipefd[1]);
+        /* The kill comes at a random moment after the child is ready, so
+         * that it lands in its work however slow its start was; in the
+         * first round, after its first commit, so that effects exist. */
+        char got = 0;
+        while (got != (round == 0 ? 'c' : 'r'))
+            if (read(pipefd[0], &got, 1) != 1) fail_msg("the child died before it was killed");
+        pause_ms(rand() % 40);
         assert_int_equal(kill(pid, SIGKILL), 0);
+        close(pipefd[0]);
         int status;
         assert_int_equal(waitpid(pid, &status, 0), pid);
     }
