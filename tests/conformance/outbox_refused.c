@@ -177,8 +177,9 @@ void default_clock_is_the_database_s(void **state)
     assert_int_equal(outbox_claim(h1, 10, 600000, &m), 1);
     uint64_t token = m[0].token;
     assert_int_equal(outbox_claim(h2, 10, 600000, &m), 0); /* held: the lease is in the future */
-    const char *now_sql = f->pg ? "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-                                : "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+    const char *now_sql = f->pg
+                              ? "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+                              : "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)";
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT lease_until - %s FROM acemq_outbox", now_sql);
     long long left = outbox_scalar(f, sql);
