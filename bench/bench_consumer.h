@@ -7,7 +7,7 @@
  * RabbitMQ 3.10 and 3.11 keeps them in its process's memory, whose garbage
  * collection held confirms back by up to 20 ms, and RabbitMQ confirms a
  * persistent message only once it is on disk instead of once it is consumed
- * (docs/performance.md, bench_relay, "Fifteenth round"). */
+ * (docs/broker.md, "When confirms come"). */
 #ifndef ACEMQ_BENCH_CONSUMER_H
 #define ACEMQ_BENCH_CONSUMER_H
 
