@@ -49,7 +49,8 @@ typedef struct acemq_idem_options {
     int64_t retention_ms;     /* how long a confirmed id is remembered; default 7 days */
     size_t max_entries;       /* memory backend: entries kept at most; default 1,048,576 */
     const acemq_clock *clock; /* NULL: acemq_clock_system() */
-    int synchronous;          /* sqlite: an acemq_sync_mode; default ACEMQ_SYNC_FULL */
+    int synchronous;          /* sqlite: an acemq_sync_mode; default ACEMQ_SYNC_FULL. Claims,
+                                 being leases, commit without an fsync at every mode */
     int busy_timeout_ms;      /* sqlite: how long to wait on a locked database; default 5,000 */
     unsigned flags;           /* ACEMQ_IDEM_* flags */
 } acemq_idem_options;

@@ -85,7 +85,9 @@ typedef struct acemq_outbox_options {
      * FULL keeps the server's synchronous_commit and NORMAL or OFF set it
      * off for the session. Below FULL a database crash may forget the last
      * of those commits, whose records then go out again (duplicates, never
-     * a loss). Default FULL (acemq relay: --synchronous). */
+     * a loss). At FULL, SQLite claims still commit without an fsync: a
+     * claim is a lease, and the next mark's fsync takes it to disk.
+     * Default FULL (acemq relay: --synchronous). */
     int synchronous;
     int busy_timeout_ms; /* sqlite: how long to wait on a locked database; default 5,000 */
 } acemq_outbox_options;

@@ -207,6 +207,26 @@ static int tx_commit(acemq_idem *h, tx_kind kind)
     return run(h, s->st[kind == TX_OWN ? ST_COMMIT : ST_RELEASE_SP]);
 }
 
+/* A claim is a lease. A claim that a crash of the machine forgets was held
+ * by a process that went down with it; its message comes again and is
+ * claimed again, with a newer token. So a claim needs no fsync, and at
+ * synchronous=FULL the store's own connection commits claims at NORMAL (in
+ * WAL mode: no fsync at commit) and every other write at FULL, whose fsync
+ * takes the claims' WAL frames to disk with it. A confirm never commits
+ * below FULL: when going back after a claim failed, the confirm tries again
+ * and fails if it cannot. relaxed: 1 before a claim, 0 after it and before
+ * anything else; a no-op unless s->relax_claims. 0 or an error. */
+static int sync_level(acemq_idem *h, int relaxed)
+{
+    sq *s = h->self;
+    if (!s->relax_claims || s->relaxed == relaxed) return 0;
+    int rc = sqlite3_exec(s->db, relaxed ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=FULL",
+                          NULL, NULL, NULL);
+    if (rc != SQLITE_OK) return acemq__sqlite_idem_fail(h, s->db, rc);
+    s->relaxed = relaxed;
+    return 0;
+}
+
 /* Undoes whatever the operation wrote. Failures here are not reported: the
  * error that led here is the one the caller needs, and SQLite may already have
  * rolled back on its own (after SQLITE_FULL or an I/O error, for instance). */
@@ -442,6 +462,8 @@ static int sq_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__clai
      * read, a few microseconds, against a commit. */
     verdict v;
     int rc = read_and_decide(h, id, a, out, &v);
+    /* Failing to relax only costs the fsync. */
+    if (rc == 0 && (v.kind == V_ABSENT || v.kind == V_CLAIM)) (void)sync_level(h, 1);
     if (rc == 0 && v.kind == V_ABSENT) {
         /* New ids: one autocommit statement, one commit. */
         int queued = acemq__sqlite_idem_queue_enter(s);
@@ -457,6 +479,7 @@ static int sq_try_claim(acemq_idem *h, const acemq__bytes *id, const acemq__clai
         rc = ACEMQ_CLAIMED;
     else if (rc == 0)
         rc = v.kind == V_ABSENT || v.kind == V_CLAIM ? claim_locked(h, id, a, out) : answer(h, &v);
+    (void)sync_level(h, 0);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -511,7 +534,7 @@ static int sq_confirm(acemq_idem *h, const acemq__bytes *id, uint64_t token,
         rc = acemq__idem_fail(h, ACEMQ_ENOTX,
                               "confirm: ACEMQ_IDEM_CONFIRM_IN_CALLER_TX is set but the caller's "
                               "connection has no open transaction; nothing was written");
-    else
+    else if ((rc = sync_level(h, 0)) == 0)
         /* The token fences, not the lease: a late confirm still counts. */
         rc = fenced_update(h, "confirm", ST_CONFIRM, id, token, expires_ms, result, now_ms);
     pthread_mutex_unlock(&s->lock);
@@ -554,6 +577,13 @@ static int sq_confirm_many(acemq_idem *h, size_t n, const acemq__bytes *ids, con
         pthread_mutex_unlock(&s->lock);
         return 0;
     }
+    failure = sync_level(h, 0);
+    if (failure != 0) {
+        for (size_t i = 0; i < n; i++)
+            if (ids[i].len) status[i] = failure;
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
     int queued = acemq__sqlite_idem_queue_enter(s);
     tx_kind kind;
     failure = acemq__sqlite_idem_tx_begin(h, &kind);
@@ -581,6 +611,7 @@ static int sq_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
 {
     sq *s = h->self;
     pthread_mutex_lock(&s->lock);
+    (void)sync_level(h, 1); /* failing to relax only costs the fsync */
     int queued = acemq__sqlite_idem_queue_enter(s);
     tx_kind kind;
     int failure = acemq__sqlite_idem_tx_begin(h, &kind);
@@ -615,6 +646,7 @@ static int sq_try_claim_many(acemq_idem *h, size_t n, const acemq__bytes *ids,
         batch_end(h, kind, failure, n, ids, status);
     }
     acemq__sqlite_idem_queue_leave(s, queued);
+    (void)sync_level(h, 0);
     pthread_mutex_unlock(&s->lock);
     /* Confirmations forgotten here never reach purge; counted as the memory
      * store counts them. */

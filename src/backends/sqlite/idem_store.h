@@ -46,7 +46,9 @@ typedef struct sq {
     acemq__sqlite_busy busy;   /* the busy handler's budget and wait; s->lock guards it */
     acemq__writer_queue *file; /* this file's writer queue; NULL for in-memory and temp */
     int wal_frames;            /* frames in the WAL after our last commit; own connections only */
-    int issue_fd; /* the file's token counter (backends/sqlite/issue.h); -1: the process's */
+    int issue_fd;     /* the file's token counter (backends/sqlite/issue.h); -1: the process's */
+    int relax_claims; /* own connection at synchronous=FULL: claims commit at NORMAL */
+    int relaxed;      /* the connection is at NORMAL now (see sync_level in idem.c) */
 } sq;
 
 /* How a multi-statement operation is wrapped: its own transaction on an idle

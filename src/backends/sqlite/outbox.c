@@ -166,6 +166,8 @@ typedef struct sq {
     int watch_state;
     int64_t settle_until;   /* monotonic ms: look often until then (see sq_wait) */
     uint64_t version_reads; /* PRAGMA data_version reads by sq_wait, for tests */
+    int relax_claims;       /* synchronous=FULL: claims commit at NORMAL (see sync_level) */
+    int relaxed;            /* the connection is at NORMAL now */
 } sq;
 
 static int sq_fail(acemq_outbox *h, sqlite3 *db, int rc, const char *doing)
@@ -369,9 +371,25 @@ static int collect(acemq_outbox *h, sq *s, sqlite3_stmt *st, const char *doing)
     return code;
 }
 
+/* A claim is a lease. One that a crash of the machine forgets was held by
+ * a relay that went down with it, and its records are claimed again. So a
+ * claim needs no fsync: at synchronous=FULL claims commit at NORMAL (in WAL
+ * mode: no fsync at commit) and marks at FULL, whose fsync takes the
+ * claims' WAL frames to disk with them. A mark never commits below FULL:
+ * when going back after a claim failed, the mark tries again and fails if
+ * it cannot. 0 or an error. */
+static int sync_level(acemq_outbox *h, sq *s, int relaxed)
+{
+    if (!s->relax_claims || s->relaxed == relaxed) return 0;
+    int rc = exec(h, s->db, relaxed ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=FULL");
+    if (rc == 0) s->relaxed = relaxed;
+    return rc;
+}
+
 static int claim_with(acemq_outbox *h, int which, size_t max, int64_t lease_ms, int64_t now)
 {
     sq *s = h->self;
+    (void)sync_level(h, s, 1); /* failing to relax only costs the fsync */
     sqlite3_stmt *st = s->st[which];
     (void)sqlite3_bind_int64(st, 1, now);
     (void)sqlite3_bind_int64(st, 2, now + lease_ms);
@@ -379,6 +397,7 @@ static int claim_with(acemq_outbox *h, int which, size_t max, int64_t lease_ms, 
     int rc = collect(h, s, st, "claim_batch");
     /* The UPDATE ran in its own implicit transaction. If copying failed
      * midway the claims stand, unseen: their leases hand them on. */
+    (void)sync_level(h, s, 0); /* a mark tries again */
     return rc;
 }
 
@@ -428,7 +447,8 @@ static int sq_mark_published(acemq_outbox *h, const acemq_outbox_mark *marks, si
 {
     sq *s = h->self;
     int which = h->opts.delete_on_publish ? ST_PUBLISH_DELETE : ST_PUBLISH;
-    int rc = n > 1 ? run(h, s, ST_BEGIN, "mark_published: BEGIN") : 0;
+    int rc = sync_level(h, s, 0);
+    if (rc == 0 && n > 1) rc = run(h, s, ST_BEGIN, "mark_published: BEGIN");
     if (rc != 0) return rc;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         sqlite3_stmt *st = s->st[which];
@@ -455,6 +475,8 @@ static int sq_mark_failed(acemq_outbox *h, const char *id, uint64_t token,
                           const acemq__fail_args *a, int64_t now)
 {
     sq *s = h->self;
+    int rc = sync_level(h, s, 0);
+    if (rc != 0) return rc;
     sqlite3_stmt *st = s->st[ST_FAIL];
     (void)sqlite3_bind_int64(st, 1, now);
     (void)bind_text(st, 2, id);
@@ -464,7 +486,7 @@ static int sq_mark_failed(acemq_outbox *h, const char *id, uint64_t token,
     (void)sqlite3_bind_int64(st, 6, a->backoff_base_ms);
     (void)sqlite3_bind_int64(st, 7, a->backoff_max_ms);
     (void)sqlite3_bind_int(st, 8, a->jitter_cut);
-    int rc = run(h, s, ST_FAIL, "mark_failed");
+    rc = run(h, s, ST_FAIL, "mark_failed");
     if (rc != 0) return rc;
     if (sqlite3_changes(s->db)) return 0;
     return explain(h, stale_or_missing(h, s, id), "mark_failed", id);
@@ -684,6 +706,7 @@ static int open_url(acemq_outbox *h, const acemq__url *url)
     if (rc != SQLITE_OK) rc = sq_fail(h, s->db, rc, "busy_handler");
     if (rc == 0) rc = exec(h, s->db, "PRAGMA journal_mode=WAL");
     if (rc == 0) rc = exec(h, s->db, sync_sql[h->opts.synchronous]);
+    s->relax_claims = h->opts.synchronous == ACEMQ_SYNC_FULL;
     if (rc == 0) rc = ensure_schema(h, s->db);
     for (int i = 0; rc == 0 && i < ST_COUNT; i++) {
         int prc = sqlite3_prepare_v3(s->db, statement_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
