@@ -314,12 +314,26 @@ static double repeats(const char *pat, size_t *i)
     return m > n ? m : n;
 }
 
-/* NULL when regcomp may compile pat, or why it must not. */
+/* NULL when regcomp may compile pat, or why it must not. Adjacent
+ * repetitions ("a*?", "a+*") are undefined in POSIX extended syntax, and
+ * glibc's time to compile and match a stack of them grows much faster than
+ * the stack, so they are refused too. */
 static const char *regex_refusal(const char *pat)
 {
     regex_level st[REGEX_MAX_GROUPS + 1] = {{0, 0}};
     size_t d = 0;
+    int after_repetition = 0; /* the element before pat[i] was a repetition */
     for (size_t i = 0; pat[i]; i++) {
+        int repetition = pat[i] == '*' || pat[i] == '+' || pat[i] == '?';
+        if (pat[i] == '{') {
+            size_t j = i;
+            (void)repeats(pat, &j);
+            repetition = j != i; /* an interval, not a literal '{' */
+        }
+        if (repetition && after_repetition)
+            return "adjacent repetitions (such as '*?' or '+*') are undefined in POSIX extended "
+                   "syntax";
+        after_repetition = repetition;
         switch (pat[i]) {
         case '(':
             if (d == REGEX_MAX_GROUPS) return "groups nest too deeply";

@@ -500,8 +500,22 @@ static void reports_predicate_errors(void **state)
     assert_int_equal(strncmp(err.message, "bad regex: ", 11), 0);
     pred_fails("'aa' regex '(a)\\1'", 11,
                "bad regex: back-references are not POSIX extended syntax");
-    pred_fails("'a' regex '(a|b)++++++++++++'", 10,
+    pred_fails("'a' regex '((((((((((((a|b)+)+)+)+)+)+)+)+)+)+)+)+'", 10,
                "bad regex: too complex (repetitions multiply)");
+    pred_fails("'a' regex '(a|b)++'", 10,
+               "bad regex: adjacent repetitions (such as '*?' or '+*') are undefined in POSIX "
+               "extended syntax");
+    pred_fails("'a' regex 'a*?'", 10,
+               "bad regex: adjacent repetitions (such as '*?' or '+*') are undefined in POSIX "
+               "extended syntax");
+    pred_fails("'a' regex 'h(e|a)*{2}'", 10,
+               "bad regex: adjacent repetitions (such as '*?' or '+*') are undefined in POSIX "
+               "extended syntax");
+    /* An escaped or bracketed symbol is an element, not a repetition. */
+    assert_int_equal(acemq__pred_compile("'a*' regex 'a\\**'", &p, &err), 0);
+    acemq__pred_free(p);
+    assert_int_equal(acemq__pred_compile("'?' regex '[*?]+'", &p, &err), 0);
+    acemq__pred_free(p);
     pred_fails("'a' regex '((a{1,100}){1,100})'", 10,
                "bad regex: too complex (repetitions multiply)");
     pred_fails("'a' regex 'a{99999999999999999999999}'", 10,
