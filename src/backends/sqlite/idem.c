@@ -209,10 +209,10 @@ static int tx_commit(acemq_idem *h, tx_kind kind)
 
 /* A claim is a lease. A claim that a crash of the machine forgets was held
  * by a process that went down with it; its message comes again and is
- * claimed again, with a newer token. So a claim needs no fsync, and at
- * synchronous=FULL the store's own connection commits claims at NORMAL (in
- * WAL mode: no fsync at commit) and every other write at FULL, whose fsync
- * takes the claims' WAL frames to disk with it. A confirm never commits
+ * claimed again. So a claim needs no fsync, and at synchronous=FULL the
+ * store's own connection commits claims at NORMAL (in WAL mode: no fsync at
+ * commit) and every other write at FULL, whose fsync takes the claims' WAL
+ * frames to disk with it. A confirm never commits
  * below FULL: when going back after a claim failed, the confirm tries again
  * and fails if it cannot. relaxed: 1 before a claim, 0 after it and before
  * anything else; a no-op unless s->relax_claims. 0 or an error. */
