@@ -325,10 +325,11 @@ static const char *regex_refusal(const char *pat)
     int after_repetition = 0; /* the element before pat[i] was a repetition */
     for (size_t i = 0; pat[i]; i++) {
         int repetition = pat[i] == '*' || pat[i] == '+' || pat[i] == '?';
+        size_t interval_end = i;
+        double copies = 0;
         if (pat[i] == '{') {
-            size_t j = i;
-            (void)repeats(pat, &j);
-            repetition = j != i; /* an interval, not a literal '{' */
+            copies = repeats(pat, &interval_end);
+            repetition = interval_end != i; /* an interval, not a literal '{' */
         }
         if (repetition && after_repetition)
             return "adjacent repetitions (such as '*?' or '+*') are undefined in POSIX extended "
@@ -358,7 +359,8 @@ static const char *regex_refusal(const char *pat)
             st[d].last = st[d].last * 2 + 1;
             break;
         case '{':
-            st[d].last = st[d].last * (repeats(pat, &i) + 1) + 1;
+            st[d].last = st[d].last * (copies + 1) + 1;
+            i = interval_end;
             break;
         case '[':
             i = skip_bracket(pat, i);

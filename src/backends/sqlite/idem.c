@@ -207,24 +207,14 @@ static int tx_commit(acemq_idem *h, tx_kind kind)
     return run(h, s->st[kind == TX_OWN ? ST_COMMIT : ST_RELEASE_SP]);
 }
 
-/* A claim is a lease. A claim that a crash of the machine forgets was held
- * by a process that went down with it; its message comes again and is
- * claimed again. So a claim needs no fsync, and at synchronous=FULL the
- * store's own connection commits claims at NORMAL (in WAL mode: no fsync at
- * commit) and every other write at FULL, whose fsync takes the claims' WAL
- * frames to disk with it. A confirm never commits
- * below FULL: when going back after a claim failed, the confirm tries again
- * and fails if it cannot. relaxed: 1 before a claim, 0 after it and before
- * anything else; a no-op unless s->relax_claims. 0 or an error. */
+/* The level for the writes that follow: relaxed 1 before a claim's, 0
+ * after it and before any other (backends/sqlite/claim_sync.h). 0 or an
+ * error with SQLite's words. */
 static int sync_level(acemq_idem *h, int relaxed)
 {
     sq *s = h->self;
-    if (!s->relax_claims || s->relaxed == relaxed) return 0;
-    int rc = sqlite3_exec(s->db, relaxed ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=FULL",
-                          NULL, NULL, NULL);
-    if (rc != SQLITE_OK) return acemq__sqlite_idem_fail(h, s->db, rc);
-    s->relaxed = relaxed;
-    return 0;
+    int rc = acemq__claim_sync_set(&s->claim_sync, s->db, relaxed);
+    return rc == SQLITE_OK ? 0 : acemq__sqlite_idem_fail(h, s->db, rc);
 }
 
 /* Undoes whatever the operation wrote. Failures here are not reported: the
@@ -565,19 +555,15 @@ static int sq_confirm_many(acemq_idem *h, size_t n, const acemq__bytes *ids, con
 {
     sq *s = h->self;
     pthread_mutex_lock(&s->lock);
-    int failure = 0;
+    int failure;
     if (!s->owns_db && (h->opts.flags & ACEMQ_IDEM_CONFIRM_IN_CALLER_TX) &&
-        sqlite3_get_autocommit(s->db)) {
+        sqlite3_get_autocommit(s->db))
         failure = acemq__idem_fail(h, ACEMQ_ENOTX,
                                    "confirm: ACEMQ_IDEM_CONFIRM_IN_CALLER_TX is set but the "
                                    "caller's connection has no open transaction; nothing was "
                                    "written");
-        for (size_t i = 0; i < n; i++)
-            if (ids[i].len) status[i] = failure;
-        pthread_mutex_unlock(&s->lock);
-        return 0;
-    }
-    failure = sync_level(h, 0);
+    else
+        failure = sync_level(h, 0);
     if (failure != 0) {
         for (size_t i = 0; i < n; i++)
             if (ids[i].len) status[i] = failure;

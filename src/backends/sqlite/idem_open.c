@@ -269,7 +269,7 @@ static int configure_own(acemq_idem *h)
                                 mode);
     static const char *const sync_sql[] = {"PRAGMA synchronous=OFF", "PRAGMA synchronous=NORMAL",
                                            "PRAGMA synchronous=FULL"};
-    s->relax_claims = h->opts.synchronous == ACEMQ_SYNC_FULL;
+    acemq__claim_sync_init(&s->claim_sync, h->opts.synchronous);
     return exec(h, sync_sql[h->opts.synchronous]);
 }
 

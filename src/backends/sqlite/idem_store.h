@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include "backends/sqlite/busy.h"
+#include "backends/sqlite/claim_sync.h"
 #include "backends/sqlite/writer_queue.h"
 #include "idem/idem_backend.h"
 
@@ -46,9 +47,8 @@ typedef struct sq {
     acemq__sqlite_busy busy;   /* the busy handler's budget and wait; s->lock guards it */
     acemq__writer_queue *file; /* this file's writer queue; NULL for in-memory and temp */
     int wal_frames;            /* frames in the WAL after our last commit; own connections only */
-    int issue_fd;     /* the file's token counter (backends/sqlite/issue.h); -1: the process's */
-    int relax_claims; /* own connection at synchronous=FULL: claims commit at NORMAL */
-    int relaxed;      /* the connection is at NORMAL now (see sync_level in idem.c) */
+    int issue_fd; /* the file's token counter (backends/sqlite/issue.h); -1: the process's */
+    acemq__claim_sync claim_sync; /* claims without an fsync (backends/sqlite/claim_sync.h) */
 } sq;
 
 /* How a multi-statement operation is wrapped: its own transaction on an idle

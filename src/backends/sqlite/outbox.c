@@ -21,6 +21,7 @@
 #include "acemq/sqlite.h"
 #include "backends/builtin.h"
 #include "backends/sqlite/busy.h"
+#include "backends/sqlite/claim_sync.h"
 #include "backends/sqlite/errors.h"
 #include "backends/test_control.h"
 #include "core/url.h"
@@ -164,10 +165,9 @@ typedef struct sq {
     /* sq_wait's wake-up on the file's writes, started by the first wait. */
     acemq__file_watch watch;
     int watch_state;
-    int64_t settle_until;   /* monotonic ms: look often until then (see sq_wait) */
-    uint64_t version_reads; /* PRAGMA data_version reads by sq_wait, for tests */
-    int relax_claims;       /* synchronous=FULL: claims commit at NORMAL (see sync_level) */
-    int relaxed;            /* the connection is at NORMAL now */
+    int64_t settle_until;         /* monotonic ms: look often until then (see sq_wait) */
+    uint64_t version_reads;       /* PRAGMA data_version reads by sq_wait, for tests */
+    acemq__claim_sync claim_sync; /* claims without an fsync (backends/sqlite/claim_sync.h) */
 } sq;
 
 static int sq_fail(acemq_outbox *h, sqlite3 *db, int rc, const char *doing)
@@ -371,19 +371,12 @@ static int collect(acemq_outbox *h, sq *s, sqlite3_stmt *st, const char *doing)
     return code;
 }
 
-/* A claim is a lease. One that a crash of the machine forgets was held by
- * a relay that went down with it, and its records are claimed again. So a
- * claim needs no fsync: at synchronous=FULL claims commit at NORMAL (in WAL
- * mode: no fsync at commit) and marks at FULL, whose fsync takes the
- * claims' WAL frames to disk with them. A mark never commits below FULL:
- * when going back after a claim failed, the mark tries again and fails if
- * it cannot. 0 or an error. */
+/* The level for the writes that follow: relaxed 1 before a claim, 0 after
+ * it and before a mark (backends/sqlite/claim_sync.h). 0 or an error. */
 static int sync_level(acemq_outbox *h, sq *s, int relaxed)
 {
-    if (!s->relax_claims || s->relaxed == relaxed) return 0;
-    int rc = exec(h, s->db, relaxed ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=FULL");
-    if (rc == 0) s->relaxed = relaxed;
-    return rc;
+    int rc = acemq__claim_sync_set(&s->claim_sync, s->db, relaxed);
+    return rc == SQLITE_OK ? 0 : sq_fail(h, s->db, rc, "PRAGMA synchronous");
 }
 
 static int claim_with(acemq_outbox *h, int which, size_t max, int64_t lease_ms, int64_t now)
@@ -706,7 +699,7 @@ static int open_url(acemq_outbox *h, const acemq__url *url)
     if (rc != SQLITE_OK) rc = sq_fail(h, s->db, rc, "busy_handler");
     if (rc == 0) rc = exec(h, s->db, "PRAGMA journal_mode=WAL");
     if (rc == 0) rc = exec(h, s->db, sync_sql[h->opts.synchronous]);
-    s->relax_claims = h->opts.synchronous == ACEMQ_SYNC_FULL;
+    acemq__claim_sync_init(&s->claim_sync, h->opts.synchronous);
     if (rc == 0) rc = ensure_schema(h, s->db);
     for (int i = 0; rc == 0 && i < ST_COUNT; i++) {
         int prc = sqlite3_prepare_v3(s->db, statement_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
