@@ -128,9 +128,10 @@ typedef struct xp_answer {
     uint64_t token;
 } xp_answer;
 
-/* In a child, on a clock of its own standing at `now`: claims "xp-<k>" for each
- * byte k the parent sends, and answers. No cmocka asserts here (see
- * race_child). */
+/* In a child, on a clock of its own standing at `now`: opens the store, says
+ * so with one byte (opening writes to the file, and the parent's connection has
+ * no busy handler), then claims "xp-<k>" for each byte k the parent sends, and
+ * answers. No cmocka asserts here (see race_child). */
 static void claim_child(const char *url, int64_t now, int in_fd, int out_fd)
 {
     acemq_manual_clock *clock = NULL;
@@ -143,7 +144,8 @@ static void claim_child(const char *url, int64_t now, int in_fd, int out_fd)
     o.synchronous = ACEMQ_SYNC_NORMAL;
     acemq_idem *h = NULL;
     if (acemq_idem_open(&h, url, &o) != 0) _exit(12);
-    unsigned char k;
+    unsigned char k = 0;
+    if (write(out_fd, &k, 1) != 1) _exit(13);
     while (read(in_fd, &k, 1) == 1) {
         char id[32];
         snprintf(id, sizeof id, "xp-%d", k);
@@ -191,6 +193,9 @@ void rolled_back_across_processes(void **state)
     }
     close(to_child[0]);
     close(from_child[1]);
+    unsigned char opened = 1;
+    assert_int_equal(read(from_child[0], &opened, 1), 1);
+    assert_int_equal(opened, 0);
     for (int k = 0; k < 3; k++) {
         uint64_t a_token = claim_rolled_back(db, a, id[k], from[k]);
         unsigned char byte = (unsigned char)k;
