@@ -7,8 +7,8 @@
  * Four processes on one store, a lease and a whole record running out on
  * the server's clock, the script cache flushed and the shared server
  * restarted under an open store, connections the server closes, bad URLs, a
- * wrong password, a server that is down or stops answering, and the
- * durability warning. Needs ACEMQ_REDIS_URL; exits 77 (skipped) without it.
+ * wrong password, a server that is down or stops answering, a server
+ * older than 7.0, and the durability warning. Needs ACEMQ_REDIS_URL; exits 77 (skipped) without it.
  * Waits poll what the server says; nothing asserts on time. */
 #define _DEFAULT_SOURCE
 #include <setjmp.h>
@@ -80,7 +80,9 @@ typedef struct server {
     char dir[256];
 } server;
 
-static int free_port(void)
+/* A TCP socket bound to a port of the kernel's choice on loopback; *port
+ * gets the port. */
+static int bind_loopback(int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
@@ -91,8 +93,15 @@ static int free_port(void)
     assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     socklen_t len = sizeof a;
     assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int free_port(void)
+{
+    int port = 0;
+    close(bind_loopback(&port));
+    return port;
 }
 
 /* Starts redis-server on a free port with extra arguments (NULL-ended) and
@@ -473,6 +482,42 @@ static void server_stops_answering(void **state)
     server_stop(&s);
 }
 
+/* A server older than 7.0 (a stand-in that answers INFO as Redis 6.2 does,
+ * in a child process) is refused at open, with its version named: the
+ * claim script needs SET ... NX GET. */
+static void old_server_refused(void **state)
+{
+    (void)state;
+    int port = 0;
+    int fd = bind_loopback(&port);
+    assert_int_equal(listen(fd, 1), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        static const char info[] = "# Server\r\nredis_version:6.2.6\r\nredis_mode:standalone\r\n";
+        char reply[256], in[4096];
+        int n = snprintf(reply, sizeof reply, "$%zu\r\n%s\r\n", strlen(info), info);
+        int c = accept(fd, NULL, NULL);
+        if (c < 0 || read(c, in, sizeof in) <= 0) _exit(1);
+        if (strstr(in, "INFO") == NULL || write(c, reply, (size_t)n) != n) _exit(2);
+        while (read(c, in, sizeof in) > 0)
+            continue;
+        _exit(0);
+    }
+    close(fd);
+    char url[128];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    acemq_idem *h = (acemq_idem *)1;
+    assert_int_equal(acemq_idem_open(&h, url, NULL), ACEMQ_EBACKEND);
+    assert_null(h);
+    assert_non_null(strstr(acemq_idem_errmsg(NULL), "version 6.2.6"));
+    assert_non_null(strstr(acemq_idem_errmsg(NULL), "7.0 or later"));
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* The durability check at open: a warning naming what can be lost when
  * appendonly is off or appendfsync is not always, none when both are
  * safe, and a warning that it could not check when CONFIG is renamed. */
@@ -538,6 +583,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bad_urls),
         cmocka_unit_test(passwords),
         cmocka_unit_test(server_down),
+        cmocka_unit_test(old_server_refused),
         cmocka_unit_test(server_stops_answering),
         cmocka_unit_test(server_restart),
         cmocka_unit_test(connection_closed_by_server),

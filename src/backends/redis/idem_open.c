@@ -1,6 +1,6 @@
 /* idem_open.c — opening the Redis store (redis://...): the URL, the first
- * connection, the scripts, and the check of what the server may forget
- * after a crash; closing it. Registered as "redis" in backends/builtin.c.
+ * connection, the server's version, the scripts, and the check of what the
+ * server may forget after a crash; closing it. Registered as "redis" in backends/builtin.c.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -99,6 +99,34 @@ static int check_durability(acemq_idem *h)
     return 0;
 }
 
+/* The claim script's SET ... NX GET needs Redis 7.0: an older server is
+ * refused here, with its version, rather than failing every claim. A
+ * server that does not say (INFO denied by its ACL) is let through. */
+#define MIN_MAJOR 7
+
+static int check_version(acemq_idem *h)
+{
+    const char *argv[2] = {"INFO", "server"};
+    redisReply *reply = NULL;
+    int rc = acemq__redis_command(h, 2, argv, NULL, &reply);
+    if (rc != 0) return rc;
+    const char *at =
+        reply->type == REDIS_REPLY_STRING ? strstr(reply->str, "redis_version:") : NULL;
+    if (at) {
+        at += strlen("redis_version:");
+        char version[32];
+        size_t n = strcspn(at, "\r\n");
+        snprintf(version, sizeof version, "%.*s",
+                 (int)(n < sizeof version ? n : sizeof version - 1), at);
+        if (atoi(version) < MIN_MAJOR)
+            rc = acemq__idem_fail(h, ACEMQ_EBACKEND,
+                                  "redis: the server is version %s; the store needs 7.0 or later",
+                                  version);
+    }
+    freeReplyObject(reply);
+    return rc;
+}
+
 static void redis_close(acemq_idem *h)
 {
     redis_idem *r = h->self;
@@ -132,6 +160,7 @@ static int redis_open(acemq_idem *h, const acemq__url *url)
         r->key_head = (size_t)snprintf(r->key, sizeof r->key, "{%s}:id:", r->prefix);
         pthread_mutex_lock(&r->lock);
         rc = acemq__redis_ensure(h);
+        if (rc == 0) rc = check_version(h);
         if (rc == 0) rc = acemq__redis_load_scripts(h);
         if (rc == 0) rc = check_durability(h);
         pthread_mutex_unlock(&r->lock);
