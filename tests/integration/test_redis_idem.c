@@ -5,7 +5,8 @@
  *   test_redis_idem PATH-TO-services.sh
  *
  * Four processes on one store, a lease and a whole record running out on
- * the server's clock, the script cache flushed and the shared server
+ * the server's clock, a stale confirm that leaves the record as it was,
+ * the script cache flushed and the shared server
  * restarted under an open store, connections the server closes, bad URLs, a
  * wrong password, a server that is down or stops answering, a server
  * older than 7.0, and the durability warning. Needs ACEMQ_REDIS_URL; exits 77 (skipped) without it.
@@ -280,6 +281,85 @@ static redisContext *raw_connect(void)
     redisContext *c = redisConnect("127.0.0.1", port ? atoi(port + 1) : 6379);
     assert_true(c && !c->err);
     return c;
+}
+
+/* The key of id's record in the store that url opens: {prefix}:id:<id>. */
+static void record_key(const char *url, const char *id, char *key, size_t cap)
+{
+    const char *p = strstr(url, "prefix=");
+    assert_non_null(p);
+    p += strlen("prefix=");
+    int n = snprintf(key, cap, "{%.*s}:id:%s", (int)strcspn(p, "&"), p, id);
+    assert_true(n > 0 && (size_t)n < cap);
+}
+
+/* What the server holds for key: its value (a copy, "" when absent) and its
+ * expiry as an absolute time in ms (PEXPIRETIME: -2 absent, -1 none). */
+static long long record_now(redisContext *raw, const char *key, char *value, size_t cap)
+{
+    redisReply *r = redisCommand(raw, "GET %s", key);
+    assert_non_null(r);
+    value[0] = '\0';
+    if (r->type == REDIS_REPLY_STRING) {
+        assert_true(r->len < cap);
+        memcpy(value, r->str, r->len);
+        value[r->len] = '\0';
+    }
+    freeReplyObject(r);
+    r = redisCommand(raw, "PEXPIRETIME %s", key);
+    assert_true(r && r->type == REDIS_REPLY_INTEGER);
+    long long at = r->integer;
+    freeReplyObject(r);
+    return at;
+}
+
+/* On the server's clock, where a confirmation's retention is its key's
+ * expiry (scripts.c): a stale confirm leaves the record byte for byte as it
+ * was, a claim and a confirmation alike, expiry included, and a confirm
+ * keeps the claim's fingerprint and stores its result. */
+static void stale_confirm_changes_nothing(void **state)
+{
+    (void)state;
+    char url[512], key[600], before[512], after[512];
+    acemq_idem *h = open_fresh(0, 600000, url, sizeof url);
+    redisContext *raw = raw_connect();
+    record_key(url, "order-7", key, sizeof key);
+    acemq_claim_opts brief = {.lease_ms = 1};
+    acemq_claim stalled, current, dup;
+    assert_int_equal(acemq_idem_try_claim(h, "order-7", 7, &brief, &stalled), ACEMQ_CLAIMED);
+    acemq_claim_opts held = {.lease_ms = 600000, .fingerprint = "fp-1", .fingerprint_len = 4};
+    int rc;
+    WAIT_UNTIL((rc = acemq_idem_try_claim(h, "order-7", 7, &held, &current)) != ACEMQ_IN_PROGRESS);
+    assert_int_equal(rc, ACEMQ_CLAIMED);
+
+    long long at = record_now(raw, key, before, sizeof before);
+    assert_int_equal(acemq_idem_confirm(h, "order-7", 7, stalled.token), ACEMQ_ESTALE);
+    long long at_after = record_now(raw, key, after, sizeof after);
+    assert_string_equal(after, before);
+    assert_true(at_after == at);
+    assert_int_equal(acemq_idem_is_confirmed(h, "order-7", 7), 0);
+
+    assert_int_equal(acemq_idem_confirm_result(h, "order-7", 7, current.token, "done", 4), 0);
+    at = record_now(raw, key, before, sizeof before);
+    assert_int_equal(acemq_idem_confirm(h, "order-7", 7, stalled.token), ACEMQ_ESTALE);
+    at_after = record_now(raw, key, after, sizeof after);
+    assert_string_equal(after, before);
+    assert_true(at_after == at);
+    assert_int_equal(acemq_idem_is_confirmed(h, "order-7", 7), 1);
+
+    char result[8] = {0};
+    acemq_claim_opts same = {.fingerprint = "fp-1",
+                             .fingerprint_len = 4,
+                             .result_buf = result,
+                             .result_cap = sizeof result};
+    assert_int_equal(acemq_idem_try_claim(h, "order-7", 7, &same, &dup), ACEMQ_ALREADY_CONFIRMED);
+    assert_int_equal(dup.has_result, 1);
+    assert_int_equal(dup.result_len, 4);
+    assert_memory_equal(result, "done", 4);
+    acemq_claim_opts other = {.fingerprint = "fp-2", .fingerprint_len = 4};
+    assert_int_equal(acemq_idem_try_claim(h, "order-7", 7, &other, &dup), ACEMQ_EMISMATCH);
+    redisFree(raw);
+    acemq_idem_close(h);
 }
 
 /* SCRIPT FLUSH under an open store: the next calls load the scripts
@@ -579,6 +659,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(four_processes),
         cmocka_unit_test(lease_runs_out_on_server_clock),
         cmocka_unit_test(token_grows_after_record_expired),
+        cmocka_unit_test(stale_confirm_changes_nothing),
         cmocka_unit_test(scripts_reloaded_after_flush),
         cmocka_unit_test(bad_urls),
         cmocka_unit_test(passwords),
