@@ -125,6 +125,9 @@ static void add_record(fiu_world *w, const char *ex, int i)
         fail_msg("COMMIT: %s", sqlite3_errmsg(w->caller));
 }
 
+/* What the last clean_step did, for a failure's message. */
+static char last_step[256];
+
 /* A step with the faults off that publishes everything it claimed: 0 and
  * the broker's confirm for each, none unknown, none released. */
 static int clean_step(acemq_relay *r, int *rc_out)
@@ -135,6 +138,16 @@ static int clean_step(acemq_relay *r, int *rc_out)
     int rc = acemq_relay_step(r, &claimed);
     acemq_relay_stats_get(r, &after);
     *rc_out = rc;
+    snprintf(last_step, sizeof last_step,
+             "%s, %zu claimed, %llu published, %llu failed, %llu returned, %llu nacked, %llu "
+             "unknown, %llu released%s%s",
+             acemq_err_name(rc), claimed, (unsigned long long)(after.published - before.published),
+             (unsigned long long)(after.failed - before.failed),
+             (unsigned long long)(after.returned - before.returned),
+             (unsigned long long)(after.nacked - before.nacked),
+             (unsigned long long)(after.unknown - before.unknown),
+             (unsigned long long)(after.released - before.released), rc ? ": " : "",
+             rc ? acemq_relay_errmsg(r) : "");
     return rc == 0 && after.unknown == before.unknown && after.released == before.released &&
            after.published - before.published == claimed;
 }
@@ -150,11 +163,12 @@ static void expect_recovery(acemq_relay *r, relay_counts *c, int i)
         return;
     }
     if (rc != 0 && rc != ACEMQ_EIO)
-        fail_msg("step %d: the first step after the faults answered %s: %s", i, acemq_err_name(rc),
-                 acemq_relay_errmsg(r));
+        fail_msg("step %d: the first step after the faults: %s", i, last_step);
+    char first_step[sizeof last_step];
+    memcpy(first_step, last_step, sizeof first_step);
     if (!clean_step(r, &rc))
-        fail_msg("step %d: two steps after the faults the broker still fails: %s: %s", i,
-                 acemq_err_name(rc), acemq_relay_errmsg(r));
+        fail_msg("step %d: two steps after the faults the broker still fails: first %s; second %s",
+                 i, first_step, last_step);
     c->recovered_second++;
 }
 
@@ -197,8 +211,7 @@ static void drain(fiu_world *w, acemq_relay *r, acemq_outbox *ob)
     for (int round = 0; round < 1000; round++) {
         acemq_manual_clock_advance(w->clock, 600000);
         int rc = 0;
-        if (!clean_step(r, &rc))
-            fail_msg("drain: %s: %s", acemq_err_name(rc), acemq_relay_errmsg(r));
+        if (!clean_step(r, &rc)) fail_msg("drain: %s", last_step);
         assert_int_equal(acemq_outbox_pending_count(ob, &p), 0);
         if (p.unclaimed + p.claimed + p.dead == 0) return;
     }
