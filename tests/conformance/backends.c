@@ -83,6 +83,17 @@ int test_backend_fresh_url(const char *backend, char *url, size_t cap)
     return 0;
 }
 
+int test_backend_url_param(const char *url, const char *key, char *out, size_t cap)
+{
+    char pattern[32];
+    int n = snprintf(pattern, sizeof pattern, "%s=", key);
+    const char *v = n > 0 && (size_t)n < sizeof pattern ? strstr(url, pattern) : NULL;
+    if (!v) return -1;
+    v += n;
+    n = snprintf(out, cap, "%.*s", (int)strcspn(v, "&"), v);
+    return n >= 0 && (size_t)n < cap ? 0 : -1;
+}
+
 const char *test_backend_kind(const char *backend)
 {
     return backend;

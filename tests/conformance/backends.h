@@ -13,6 +13,10 @@
  * Returns 0, or -1 for an unknown backend name. */
 int test_backend_fresh_url(const char *backend, char *url, size_t cap);
 
+/* The value of key= in url (a fresh URL's "table" or "prefix") into out.
+ * 0, or -1 when url has no key= or the value does not fit in cap. */
+int test_backend_url_param(const char *url, const char *key, char *out, size_t cap);
+
 /* The name acemq_idem_backend() reports for a store of backend. */
 const char *test_backend_kind(const char *backend);
 

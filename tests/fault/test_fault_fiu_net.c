@@ -288,22 +288,11 @@ static void relay_to_rabbitmq(void **state)
 
 /* ------------------------------------------------------------ the stores */
 
-/* The value of key= in url ("table", "prefix"), into out. */
-static void url_param(const char *url, const char *key, char *out, size_t cap)
-{
-    char pat[32];
-    snprintf(pat, sizeof pat, "%s=", key);
-    const char *v = strstr(url, pat);
-    assert_non_null(v);
-    v += strlen(pat);
-    snprintf(out, cap, "%.*s", (int)strcspn(v, "&"), v);
-}
-
 /* Drops the store's table and its token sequence. */
 static void drop_pg_store(const char *url)
 {
     char table[96], sql[256];
-    url_param(url, "table", table, sizeof table);
+    assert_int_equal(test_backend_url_param(url, "table", table, sizeof table), 0);
     PGconn *c = PQconnectdb(getenv("ACEMQ_PG_URL"));
     if (PQstatus(c) != CONNECTION_OK) fail_msg("connect: %s", PQerrorMessage(c));
     snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS \"%s\"; DROP SEQUENCE IF EXISTS \"%s_token\"",
@@ -319,7 +308,7 @@ static void drop_pg_store(const char *url)
 static void drop_redis_store(const char *url)
 {
     char prefix[96];
-    url_param(url, "prefix", prefix, sizeof prefix);
+    assert_int_equal(test_backend_url_param(url, "prefix", prefix, sizeof prefix), 0);
     const char *base = getenv("ACEMQ_REDIS_URL");
     const char *port = base ? strrchr(base, ':') : NULL;
     redisContext *c = redisConnect("127.0.0.1", port ? atoi(port + 1) : 6379);
