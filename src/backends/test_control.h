@@ -9,6 +9,7 @@
 #ifndef ACEMQ_BACKENDS_TEST_CONTROL_H
 #define ACEMQ_BACKENDS_TEST_CONTROL_H
 
+#include <libpq-fe.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,11 @@ size_t acemq__memory_idem_slots(acemq_idem *h);
  * (backends/memory/records.h), and says how far: bytes of records, 0 when it
  * has no populator at work. */
 size_t acemq__memory_idem_wait_ahead(acemq_idem *h);
+
+/* PostgreSQL idempotency store: the connection h holds now (after a
+ * reconnect, the new one); the caller's own for acemq_idem_open_pg, else
+ * made by backends/postgres/connect.c. Not while another thread uses h. */
+PGconn *acemq__pg_idem_conn(acemq_idem *h);
 
 /* SQLite idempotency store: its in-process writer queue
  * (backends/sqlite/writer_queue.c; the controls are in backends/sqlite/idem.c).
@@ -47,6 +53,9 @@ int acemq__sqlite_idem_queue_hold(acemq_idem *h, int hold);
  * acemq_outbox_options.synchronous controls, whether it listens for NOTIFY,
  * and how its acemq_outbox_wait has been waiting. */
 
+/* PostgreSQL: the connection h holds now (after a reconnect, the new
+ * one), made by backends/postgres/connect.c when h was opened by URL. */
+PGconn *acemq__pg_outbox_conn(acemq_outbox *h);
 /* PostgreSQL: SHOW synchronous_commit ("on", "off", ...) on h's session. */
 int acemq__pg_outbox_sync_setting(acemq_outbox *h, char *buf, size_t cap);
 /* PostgreSQL: how many channels h's session listens on (0 until its first

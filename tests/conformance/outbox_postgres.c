@@ -1,6 +1,7 @@
 /* outbox_postgres.c — PostgreSQL only: claims stay on their page, marks pay
  * for no index they do not need, only a waiting handle listens for NOTIFY,
- * and a lost connection comes back. */
+ * and a lost connection comes back, with the limits that make a cut
+ * network an error rather than a hang. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include "conformance/outbox_fixture.h"
 #include "backends/test_control.h"
 #include "conformance/outbox_cases.h"
+#include "conformance/pg_limits.h"
 
 /* PostgreSQL only. A claim changes no indexed column, and the table is made
  * with fillfactor 50, so every claimed row's new version stays on its page
@@ -115,7 +117,9 @@ void only_a_waiting_handle_listens(void **state)
  * failover or a network cut would). The call that finds it gone answers
  * ACEMQ_EIO, the next one connects again: its statements prepared anew, so
  * claims and marks work, and its LISTEN renewed, so a commit still wakes
- * acemq_outbox_wait (else it would sleep out its 10 s and answer 0). */
+ * acemq_outbox_wait (else it would sleep out its 10 s and answer 0). The
+ * connection keeps connect.c's limits, before the cut and after; a limit
+ * the URL sets wins. */
 void a_lost_connection_comes_back(void **state)
 {
     outbox_fixture *f = *state;
@@ -123,6 +127,7 @@ void a_lost_connection_comes_back(void **state)
     outbox_fixture_tagged_url(f, "victim", url, sizeof url);
     acemq_outbox *h = NULL;
     assert_int_equal(acemq_outbox_open(&h, url, &f->opts), 0);
+    assert_pg_limits(acemq__pg_outbox_conn(h), &pg_default_limits);
     assert_int_equal(acemq_outbox_wait(h, 0), 1); /* listening from here on */
     const char *first[] = {"before"};
     outbox_add_committed(f, first, NULL, 1);
@@ -137,6 +142,7 @@ void a_lost_connection_comes_back(void **state)
     assert_int_equal(acemq_outbox_pending_count(h, &p), ACEMQ_EIO);
     assert_non_null(strstr(acemq_outbox_errmsg(h), "postgres"));
     assert_int_equal(acemq_outbox_pending_count(h, &p), 0);
+    assert_pg_limits(acemq__pg_outbox_conn(h), &pg_default_limits);
     assert_int_equal(p.claimed, 1);
     assert_int_equal(acemq_outbox_mark_published(h, id, token), 0);
 
@@ -145,5 +151,13 @@ void a_lost_connection_comes_back(void **state)
     assert_int_equal(acemq_outbox_wait(h, 10000), 1);
     assert_int_equal(outbox_claim(h, 10, 60000, &m), 1);
     assert_string_equal(m[0].id, "after");
+    acemq_outbox_close(h);
+
+    size_t n = strlen(url);
+    snprintf(url + n, sizeof url - n, "%skeepalives_idle=7&tcp_user_timeout=5000",
+             strchr(url, '?') ? "&" : "?");
+    assert_int_equal(acemq_outbox_open(&h, url, &f->opts), 0);
+    const pg_limits own = {7, 10, 3, 5000, "10"};
+    assert_pg_limits(acemq__pg_outbox_conn(h), &own);
     acemq_outbox_close(h);
 }

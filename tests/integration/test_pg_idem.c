@@ -6,7 +6,8 @@
  * The inbox (confirm inside the caller's transaction, with its effect, and
  * a child killed with SIGKILL at random points around its COMMIT), leases
  * on the database's clock, four processes on one store, a server restarted
- * under an open store, and what a bad URL or a server that is down says.
+ * under an open store, the limits its own connections keep on a cut
+ * network, and what a bad URL or a server that is down says.
  * Needs ACEMQ_PG_URL; exits 77 (skipped) without it. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -27,7 +28,9 @@
 
 #include "acemq/acemq.h"
 #include "acemq/postgres.h"
+#include "backends/test_control.h"
 #include "conformance/backends.h"
+#include "conformance/pg_limits.h"
 
 static const char *pg_url;
 static const char *services;
@@ -382,6 +385,39 @@ static void a_restarted_server_is_reconnected(void **state)
     acemq_idem_close(h);
 }
 
+/* A connection the store makes itself keeps connect.c's limits, the one it
+ * makes again after losing it too, and a limit the URL sets wins. The
+ * server ends the store's session (as a failover or a cut would); the next
+ * call connects again and goes through. */
+static void its_own_connections_give_up_on_a_cut_network(void **state)
+{
+    (void)state;
+    char url[600];
+    assert_int_equal(test_backend_fresh_url("postgres", url, sizeof url), 0);
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open(&h, url, NULL), 0);
+    assert_pg_limits(acemq__pg_idem_conn(h), &pg_default_limits);
+    PGconn *admin = connect_pg();
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)",
+             PQbackendPID(acemq__pg_idem_conn(h)));
+    exec_ok(admin, sql);
+    PQfinish(admin);
+    acemq_claim c;
+    assert_int_equal(acemq_idem_try_claim(h, "after-cut", 9, NULL, &c), ACEMQ_CLAIMED);
+    assert_pg_limits(acemq__pg_idem_conn(h), &pg_default_limits);
+    acemq_idem_close(h);
+
+    size_t n = strlen(url);
+    snprintf(url + n, sizeof url - n,
+             "&keepalives_idle=7&keepalives_interval=2&keepalives_count=4&tcp_user_timeout=5000"
+             "&connect_timeout=3");
+    assert_int_equal(acemq_idem_open(&h, url, NULL), 0);
+    const pg_limits own = {7, 2, 4, 5000, "3"};
+    assert_pg_limits(acemq__pg_idem_conn(h), &own);
+    acemq_idem_close(h);
+}
+
 /* A batch travels as arrays of hex text: ids with NUL, quotes, backslashes,
  * braces and commas come back whole, each claimed once, a repeat answered
  * from its first. */
@@ -514,6 +550,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(a_batch_of_awkward_binary_ids),
         cmocka_unit_test(bad_urls_and_a_server_that_is_down),
         cmocka_unit_test(a_newer_schema_is_refused),
+        cmocka_unit_test(its_own_connections_give_up_on_a_cut_network),
         cmocka_unit_test(a_restarted_server_is_reconnected),
     };
     return cmocka_run_group_tests_name("postgres idem", tests, NULL, NULL);

@@ -9,13 +9,14 @@
 
 #include "acemq/postgres.h"
 #include "backends/builtin.h"
+#include "backends/postgres/connect.h"
 #include "backends/postgres/idem_pg.h"
 #include "backends/postgres/schema.h"
+#include "backends/test_control.h"
 #include "core/url.h"
 
 #define SCHEMA_VERSION 1
 #define DEFAULT_TABLE "acemq_idem"
-#define DEFAULT_CONNECT_TIMEOUT_S "10"
 #define DEFAULT_STATEMENT_TIMEOUT_MS 30000
 
 int acemq__pg_idem_fail(acemq_idem *h, PGresult *r, const char *doing)
@@ -214,26 +215,21 @@ static int put(char **b, size_t *n, size_t *cap, const char *s, int escape)
 }
 
 /* libpq's URI: the URL less the parameters that are the store's own
- * (table, statement_timeout_ms), with a connect timeout unless one is
- * given, so that a server that is down is an error, not a hang. */
+ * (table, statement_timeout_ms). acemq__pg_connect adds its limits to it. */
 static char *conninfo_of(const acemq__url *u)
 {
     char *b = NULL;
     size_t n = 0, cap = 0;
     int ok = put(&b, &n, &cap, u->scheme, 0) == 0 && put(&b, &n, &cap, ":", 0) == 0 &&
              put(&b, &n, &cap, u->rest, 0) == 0;
-    int first = 1, has_timeout = 0;
+    int first = 1;
     for (size_t i = 0; ok && i < u->nparams; i++) {
         const char *k = u->params[i].key;
         if (strcmp(k, "table") == 0 || strcmp(k, "statement_timeout_ms") == 0) continue;
-        if (strcmp(k, "connect_timeout") == 0) has_timeout = 1;
         ok = put(&b, &n, &cap, first ? "?" : "&", 0) == 0 && put(&b, &n, &cap, k, 1) == 0 &&
              put(&b, &n, &cap, "=", 0) == 0 && put(&b, &n, &cap, u->params[i].value, 1) == 0;
         first = 0;
     }
-    if (ok && !has_timeout)
-        ok = put(&b, &n, &cap, first ? "?" : "&", 0) == 0 &&
-             put(&b, &n, &cap, "connect_timeout=" DEFAULT_CONNECT_TIMEOUT_S, 0) == 0;
     if (!ok) {
         free(b);
         return NULL;
@@ -304,7 +300,7 @@ static int open_pg_url(acemq_idem *h, const acemq__url *u)
         free(conninfo);
     }
     if (rc == 0) {
-        p->conn = PQconnectdb(p->conninfo);
+        p->conn = acemq__pg_connect(p->conninfo);
         if (!p->conn)
             rc = acemq__idem_fail(h, ACEMQ_ENOMEM, "postgres: out of memory connecting");
         else if (PQstatus(p->conn) != CONNECTION_OK)
@@ -362,6 +358,12 @@ int acemq_idem_open_pg(acemq_idem **out, PGconn *conn, const acemq_idem_options 
     h->methods = &acemq__pg_idem_methods;
     *out = h;
     return 0;
+}
+
+PGconn *acemq__pg_idem_conn(acemq_idem *h)
+{
+    const pg_idem *p = h->self;
+    return p->conn;
 }
 
 const acemq__idem_backend acemq__pg_idem_backend = {{"postgres", "postgres://"}, open_pg_url};

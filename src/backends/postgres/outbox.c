@@ -24,6 +24,7 @@
 
 #include "acemq/postgres.h"
 #include "backends/builtin.h"
+#include "backends/postgres/connect.h"
 #include "backends/postgres/outbox_sql.h"
 #include "backends/postgres/schema.h"
 #include "backends/test_control.h"
@@ -607,7 +608,7 @@ static int open_pg(acemq_outbox *h, const char *conninfo)
     if (!p) return acemq__outbox_fail(h, ACEMQ_ENOMEM, "out of memory");
     h->self = p;
     h->methods = &pg_methods;
-    p->conn = PQconnectdb(conninfo);
+    p->conn = acemq__pg_connect(conninfo);
     int rc = 0;
     if (!p->conn)
         rc = acemq__outbox_fail(h, ACEMQ_ENOMEM, "postgres: out of memory connecting");
@@ -700,6 +701,12 @@ int acemq_outbox_add_pg(PGconn *conn, const acemq_outbox_record *r,
         return acemq__outbox_fail_thread(ACEMQ_EEXIST, "add: a record with id '%s' exists", id);
     if (id_out) memcpy(id_out, id, strlen(id) + 1);
     return 0;
+}
+
+PGconn *acemq__pg_outbox_conn(acemq_outbox *h)
+{
+    const pg *p = h->self;
+    return p->conn;
 }
 
 int acemq__pg_outbox_listening(acemq_outbox *h, int *listening)
