@@ -15,8 +15,10 @@
  * libpq ignores the TCP ones for a Unix-domain socket. A conninfo libpq
  * cannot parse goes to PQconnectdb as it is, whose connection then says
  * what is wrong with it: as a dbname it would be taken for a database's
- * name instead.
+ * name instead. Out of memory, nothing is connected (NULL).
  */
+#include <string.h>
+
 #include "backends/postgres/connect.h"
 
 PGconn *acemq__pg_connect(const char *conninfo)
@@ -24,8 +26,10 @@ PGconn *acemq__pg_connect(const char *conninfo)
     char *err = NULL;
     PQconninfoOption *parsed = PQconninfoParse(conninfo, &err);
     if (!parsed) {
+        /* libpq tells a failed allocation from a bad conninfo only in words. */
+        int oom = !err || strncmp(err, "out of memory", 13) == 0;
         PQfreemem(err);
-        return PQconnectdb(conninfo);
+        return oom ? NULL : PQconnectdb(conninfo);
     }
     PQconninfoFree(parsed);
     static const char *const keywords[] = {
