@@ -49,13 +49,15 @@ int acemq__sqlite_idem_queue_waiters(const acemq_idem *h);
  * Returns 0, or -1 when h has no queue. */
 int acemq__sqlite_idem_queue_hold(acemq_idem *h, int hold);
 
-/* Outboxes: what a handle's own database session holds for the setting that
- * acemq_outbox_options.synchronous controls, whether it listens for NOTIFY,
- * and how its acemq_outbox_wait has been waiting. */
+/* Outboxes: the connection a PostgreSQL handle holds, what a handle's own
+ * database session holds for the setting that acemq_outbox_options.synchronous
+ * controls, whether it listens for NOTIFY, and how its acemq_outbox_wait has
+ * been waiting. */
 
 /* PostgreSQL: the connection h holds now (after a reconnect, the new
  * one), made by backends/postgres/connect.c when h was opened by URL. */
 PGconn *acemq__pg_outbox_conn(acemq_outbox *h);
+
 /* PostgreSQL: SHOW synchronous_commit ("on", "off", ...) on h's session. */
 int acemq__pg_outbox_sync_setting(acemq_outbox *h, char *buf, size_t cap);
 /* PostgreSQL: how many channels h's session listens on (0 until its first

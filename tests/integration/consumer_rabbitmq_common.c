@@ -24,6 +24,7 @@
 #include <amqp_framing.h>
 
 #include "acemq/idem.h"
+#include "conformance/backends.h"
 #include "integration/broker_amqp_fixture.h"
 #include "integration/consumer_rabbitmq.h"
 
@@ -145,17 +146,17 @@ acemq_idem *open_store(const char *url)
 /* The table's store: the table and its token sequence. */
 static void drop_pg(const char *url)
 {
-    const char *base = getenv("ACEMQ_PG_URL"), *t = strstr(url, "table=");
-    if (!base || !t) return;
+    const char *base = getenv("ACEMQ_PG_URL");
+    char t[96];
+    if (!base || test_backend_url_param(url, "table", t, sizeof t) != 0) return;
     PGconn *c = PQconnectdb(base);
     if (PQstatus(c) == CONNECTION_OK) {
         char sql[300];
         (void)snprintf(sql, sizeof sql,
-                       "DROP TABLE IF EXISTS \"%s\"; DROP SEQUENCE IF EXISTS \"%s_token\"", t + 6,
-                       t + 6);
+                       "DROP TABLE IF EXISTS \"%s\"; DROP SEQUENCE IF EXISTS \"%s_token\"", t, t);
         PGresult *r = PQexec(c, sql);
         if (PQresultStatus(r) != PGRES_COMMAND_OK)
-            print_message("dropping %s: %s", t + 6, PQresultErrorMessage(r));
+            print_message("dropping %s: %s", t, PQresultErrorMessage(r));
         PQclear(r);
     }
     PQfinish(c);
@@ -165,8 +166,11 @@ static void drop_pg(const char *url)
  * scripts/services.sh sets it: redis://host:port, no password. */
 static void drop_redis(const char *url)
 {
-    const char *base = getenv("ACEMQ_REDIS_URL"), *p = strstr(url, "prefix=");
-    if (!base || !p || strncmp(base, "redis://", 8) != 0 || strchr(base, '@')) return;
+    const char *base = getenv("ACEMQ_REDIS_URL");
+    char p[96];
+    if (!base || test_backend_url_param(url, "prefix", p, sizeof p) != 0 ||
+        strncmp(base, "redis://", 8) != 0 || strchr(base, '@'))
+        return;
     char host[128];
     int port = 6379;
     (void)snprintf(host, sizeof host, "%s", base + 8);
@@ -182,7 +186,7 @@ static void drop_redis(const char *url)
         return;
     }
     char pattern[128], cursor[32] = "0";
-    (void)snprintf(pattern, sizeof pattern, "{%s}:*", p + 7);
+    (void)snprintf(pattern, sizeof pattern, "{%s}:*", p);
     do {
         redisReply *rep = redisCommand(r, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
         if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {

@@ -72,9 +72,16 @@ static void fresh_table(char *table, size_t cap)
 {
     char url[512];
     assert_int_equal(test_backend_fresh_url("postgres", url, sizeof url), 0);
-    const char *t = strstr(url, "table=");
-    assert_non_null(t);
-    snprintf(table, cap, "%s", t + 6);
+    assert_int_equal(test_backend_url_param(url, "table", table, cap), 0);
+}
+
+/* A store on a fresh table, opened by URL; the URL in url. */
+static acemq_idem *open_fresh(char *url, size_t cap)
+{
+    assert_int_equal(test_backend_fresh_url("postgres", url, cap), 0);
+    acemq_idem *h = NULL;
+    assert_int_equal(acemq_idem_open(&h, url, NULL), 0);
+    return h;
 }
 
 static acemq_idem *open_on(PGconn *c, const char *table, unsigned flags)
@@ -308,9 +315,7 @@ static void four_processes_one_claim_each(void **state)
     (void)state;
     enum { PROCS = 4, IDS = 2000 };
     char url[512];
-    assert_int_equal(test_backend_fresh_url("postgres", url, sizeof url), 0);
-    acemq_idem *h = NULL;
-    assert_int_equal(acemq_idem_open(&h, url, NULL), 0); /* the schema, once */
+    acemq_idem *h = open_fresh(url, sizeof url); /* the schema, once */
     int fds[PROCS];
     pid_t pids[PROCS];
     for (int p = 0; p < PROCS; p++) {
@@ -373,9 +378,7 @@ static void a_restarted_server_is_reconnected(void **state)
 {
     (void)state;
     char url[512];
-    assert_int_equal(test_backend_fresh_url("postgres", url, sizeof url), 0);
-    acemq_idem *h = NULL;
-    assert_int_equal(acemq_idem_open(&h, url, NULL), 0);
+    acemq_idem *h = open_fresh(url, sizeof url);
     acemq_claim c, again;
     assert_int_equal(acemq_idem_try_claim(h, "before", 6, NULL, &c), ACEMQ_CLAIMED);
     run_services("restart");
@@ -393,9 +396,7 @@ static void its_own_connections_give_up_on_a_cut_network(void **state)
 {
     (void)state;
     char url[600];
-    assert_int_equal(test_backend_fresh_url("postgres", url, sizeof url), 0);
-    acemq_idem *h = NULL;
-    assert_int_equal(acemq_idem_open(&h, url, NULL), 0);
+    acemq_idem *h = open_fresh(url, sizeof url);
     assert_pg_limits(acemq__pg_idem_conn(h), &pg_default_limits);
     PGconn *admin = connect_pg();
     char sql[96];
@@ -425,9 +426,7 @@ static void a_batch_of_awkward_binary_ids(void **state)
 {
     (void)state;
     char url[512];
-    assert_int_equal(test_backend_fresh_url("postgres", url, sizeof url), 0);
-    acemq_idem *h = NULL;
-    assert_int_equal(acemq_idem_open(&h, url, NULL), 0);
+    acemq_idem *h = open_fresh(url, sizeof url);
     static const char a[] = {'a', 0, 'b'}, b[] = {'"', '\\', '{', '}', ',', ' '},
                       c[] = {(char)0xff, (char)0x80, '\'', 'N', 'U', 'L', 'L'};
     acemq_idem_key keys[4] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}, {a, sizeof a}};
