@@ -6,7 +6,14 @@
  * rand_a field is a counter that starts at a random value below 2^11 each new
  * millisecond and steps by one within it; when it would overflow, the
  * timestamp is moved one millisecond ahead rather than going backwards.
+ *
+ * The random bits come from getrandom, drawn a pool at a time: a system call
+ * per id costs more than everything else a route does with an exchange, and
+ * each byte of the pool is handed out once. A fork waits for uuid_lock, and
+ * the child starts with an empty pool, so parent and child never hand out the
+ * same bytes.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,31 +22,79 @@
 
 #include "core/uuid.h"
 
+#define RANDOM_DRAW 10 /* bytes per id: 11 bits of counter start, 62 of rand_b */
+
+/* All of it under uuid_lock. pool_left bytes at the pool's end are unused. */
 static pthread_mutex_t uuid_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t last_ms;
 static unsigned counter;
+static unsigned char pool[4000];
+static size_t pool_left;
+static pthread_once_t fork_guard = PTHREAD_ONCE_INIT;
+static int fork_guard_rc;
 
-static int random_bytes(unsigned char *p, size_t n)
+/* A fork happens between two ids, never inside one. */
+static void lock_before_fork(void)
 {
-    while (n > 0) {
-        ssize_t got = getrandom(p, n, 0);
+    pthread_mutex_lock(&uuid_lock);
+}
+
+static void unlock_in_parent(void)
+{
+    pthread_mutex_unlock(&uuid_lock);
+}
+
+/* In the child, the only thread left: the pool's bytes are also the
+ * parent's. */
+static void forget_pool_in_child(void)
+{
+    pool_left = 0;
+    pthread_mutex_unlock(&uuid_lock);
+}
+
+static void install_fork_guard(void)
+{
+    fork_guard_rc = pthread_atfork(lock_before_fork, unlock_in_parent, forget_pool_in_child);
+}
+
+static int fill_pool(void)
+{
+    size_t have = 0;
+    while (have < sizeof pool) {
+        ssize_t got = getrandom(pool + have, sizeof pool - have, 0);
+        if (got < 0 && errno == EINTR) continue;
         if (got < 0) return -1;
-        p += got;
-        n -= (size_t)got;
+        have += (size_t)got;
     }
+    pool_left = sizeof pool;
+    return 0;
+}
+
+/* RANDOM_DRAW fresh random bytes into r; the caller holds uuid_lock. */
+static int draw_random(unsigned char r[RANDOM_DRAW])
+{
+    if (pool_left < RANDOM_DRAW && fill_pool() != 0) return -1;
+    memcpy(r, pool + sizeof pool - pool_left, RANDOM_DRAW);
+    /* Handed out once: wiped, so the bytes are not in memory twice. */
+    memset(pool + sizeof pool - pool_left, 0, RANDOM_DRAW);
+    pool_left -= RANDOM_DRAW;
     return 0;
 }
 
 int acemq_uuid7(char buf[ACEMQ__UUID_LEN + 1])
 {
     if (!buf) return ACEMQ_EINVAL;
-    unsigned char r[10];
-    if (random_bytes(r, sizeof r) != 0) return ACEMQ_EIO;
+    if (pthread_once(&fork_guard, install_fork_guard) != 0 || fork_guard_rc != 0) return ACEMQ_EIO;
     struct timespec ts;
     if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return ACEMQ_EIO;
     uint64_t ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 
+    unsigned char r[RANDOM_DRAW];
     pthread_mutex_lock(&uuid_lock);
+    if (draw_random(r) != 0) {
+        pthread_mutex_unlock(&uuid_lock);
+        return ACEMQ_EIO;
+    }
     if (ms > last_ms) {
         last_ms = ms;
         counter = ((unsigned)r[0] << 8 | r[1]) & 0x7FF;
