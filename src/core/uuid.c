@@ -8,8 +8,8 @@
  * timestamp is moved one millisecond ahead rather than going backwards.
  *
  * The random bits come from getrandom, drawn a pool at a time: a system call
- * per id costs more than everything else a route does with an exchange, and
- * each byte of the pool is handed out once. A fork waits for uuid_lock, and
+ * per id costs as much as the rest of a route's exchange, and each byte of
+ * the pool is handed out once. A fork waits for uuid_lock, and
  * the child starts with an empty pool, so parent and child never hand out the
  * same bytes.
  */
