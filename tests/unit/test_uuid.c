@@ -14,8 +14,8 @@
 
 #include "core/uuid.h"
 
-/* rand_b and the variant: the 16 characters after the last '-' and the 3
- * before it; random in every id. */
+/* The last 16 characters: 60 of rand_b's 62 random bits, and the '-'
+ * among them. */
 #define RANDOM_TAIL_AT 20
 
 static int compare_ids(const void *a, const void *b)
