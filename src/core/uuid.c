@@ -9,9 +9,9 @@
  *
  * The random bits come from getrandom, drawn a pool at a time: a system call
  * per id costs as much as the rest of a route's exchange, and each byte of
- * the pool is handed out once. A fork waits for uuid_lock, and
- * the child starts with an empty pool, so parent and child never hand out the
- * same bytes.
+ * the pool is handed out once. A fork waits for uuid_lock, and the child
+ * starts with an empty pool, so parent and child never hand out the same
+ * bytes.
  */
 #include <errno.h>
 #include <pthread.h>
