@@ -23,6 +23,14 @@ static int compare_ids(const void *a, const void *b)
     return strcmp(a, b);
 }
 
+/* No two of the n rows hold the same string (sorts them). */
+static void assert_all_distinct(char (*rows)[ACEMQ__UUID_LEN + 1], size_t n)
+{
+    qsort(rows, n, sizeof *rows, compare_ids);
+    for (size_t i = 1; i < n; i++)
+        assert_string_not_equal(rows[i - 1], rows[i]);
+}
+
 static void ids_have_the_version_7_layout(void **state)
 {
     (void)state;
@@ -56,9 +64,7 @@ static void ids_across_many_pools_are_distinct_and_ordered(void **state)
         memcpy(prev, id, sizeof id);
         memcpy(tails[i], id + RANDOM_TAIL_AT, ACEMQ__UUID_LEN + 1 - RANDOM_TAIL_AT);
     }
-    qsort(tails, N, sizeof *tails, compare_ids);
-    for (int i = 1; i < N; i++)
-        assert_string_not_equal(tails[i - 1], tails[i]);
+    assert_all_distinct(tails, N);
     free(tails);
 }
 
@@ -86,9 +92,7 @@ static void threads_drawing_at_once_get_distinct_ids(void **state)
         assert_int_equal(pthread_join(t[i], &failed), 0);
         assert_null(failed);
     }
-    qsort(ids, THREADS * PER_THREAD, sizeof *ids, compare_ids);
-    for (size_t i = 1; i < THREADS * PER_THREAD; i++)
-        assert_string_not_equal(ids[i - 1], ids[i]);
+    assert_all_distinct(ids, THREADS * PER_THREAD);
     free(ids);
 }
 
