@@ -17,7 +17,7 @@
 /* ---- window.c: one producer's sliding window of seen sequences ---- */
 
 /* The window's size, shared by every producer of an audit. The ring holds
- * ring_bits >= reach bits (a power of two, so a position is seq & ring_mask),
+ * ring_bits >= reach + 128 bits (a power of two, so a position is seq & ring_mask),
  * and the `reach` sequences ending at `top` have exact bits: reach is the bit
  * count of ActiveMQ's window for this depth, 64 * ((depth + 1) / 64 + 1),
  * more than depth, so that every sequence ActiveMQ still remembers has its
@@ -37,8 +37,13 @@ typedef struct acemq__window_shape {
  * UNKNOWN as NEW (fail-open), every UNKNOWN one within that reach; it never
  * records one it answers UNKNOWN under fail-closed. The window began with
  * its whole ring clear, and a slide clears the positions it brings in, so
- * no bit within the reach is left from an older sequence. Bits of other
- * positions are stale and never read.
+ * no bit within the reach is left from an older sequence.
+ *
+ * Ahead of the top, every position up to the end of the ring word after
+ * top's word is clear (at least 64 positions), so that a step of up to 64
+ * sets one bit and clears one word (acemq__window_take_next). The ring is at
+ * least reach + 128 bits, so that word never holds a position within the
+ * reach. Bits of other positions are stale and never read.
  *
  * The window's floor, the lowest sequence whose clear bit means NEW, is
  * max(start, top - (depth - 1)), and is not stored: a sequence is inside
@@ -92,14 +97,15 @@ void acemq__window_init(acemq__window *w, const acemq__window_shape *sh, uint64_
 int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_t seq,
                         int record_unknown, int *cause);
 
-/* Moves the top to seq and sets its bit; the positions between the old top
- * and seq are already clear (the caller cleared them, or seq == top + 1,
- * whose position held a sequence ring_bits ago, out of reach). */
+/* Moves the top to seq, up to 64 ahead (the positions between, clear by
+ * the invariant), sets its bit and clears the word after seq's, so that
+ * the invariant holds for the new top. */
 static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
                                            const acemq__window_shape *sh, uint64_t seq)
 {
     uint64_t pos = seq & sh->ring_mask;
     w->top = seq;
+    *acemq__ring_word(ring_end, (pos + 64) & sh->ring_mask) = 0;
     *acemq__ring_word(ring_end, pos) |= (uint64_t)1 << (pos & 63);
 }
 
@@ -112,13 +118,6 @@ static inline void acemq__window_take_next(acemq__window *w, uint64_t *ring_end,
  * A DUPLICATE answer also adds 1 to *duplicates: only a sequence inside the
  * window can be one.
  *
- * Ahead by d (1..64): positions top+1..seq lie in at most two ring words
- * (the one of top + 1 and the next); the slide clears them and sets seq's
- * bit, as acemq__window_check does for any jump, without its loop. The
- * next sequence and a short jump share one branch, since real streams mix
- * them id by id. With one ring word (depth < 63) both masks fall on the
- * same word and clear it whole for d = 64, as the general check does.
- *
  * Inside the window, back = top - seq is below depth and at most
  * top - start. A seq below start gives more than top - start; so does a
  * seq above top, whose back wraps to top + (2^64 - seq), more than top. The
@@ -130,15 +129,7 @@ static inline int acemq__window_check_fast_at(acemq__window *w, uint64_t *ring_e
                                               int *result, uint64_t *duplicates)
 {
     uint64_t top = w->top;
-    uint64_t d = seq - top;
-    if (__builtin_expect((seq > top) & (d <= 64), 1)) {
-        uint64_t pos = (top + 1) & sh->ring_mask;
-        uint64_t off = pos & 63;
-        uint64_t end = off + d; /* 1..127: one past the last bit cleared */
-        uint64_t m0 = (~(uint64_t)0 << off) & (end >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << end) - 1);
-        uint64_t m1 = end > 64 ? ((uint64_t)1 << (end - 64)) - 1 : 0;
-        *acemq__ring_word(ring_end, pos) &= ~m0;
-        *acemq__ring_word(ring_end, (pos + 64) & sh->ring_mask) &= ~m1;
+    if (__builtin_expect((seq > top) & (seq - top <= 64), 1)) {
         acemq__window_take_next(w, ring_end, sh, seq);
         *result = ACEMQ_AUDIT_NEW;
         return 1;

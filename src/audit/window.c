@@ -28,7 +28,8 @@ void acemq__window_shape_init(acemq__window_shape *sh, uint32_t depth)
      * sequences, depending on where the top sits in its bin. A ring that
      * keeps the last reach sequences keeps all of them. */
     sh->reach = 64 * ((uint64_t)(depth + 1) / 64 + 1);
-    sh->ring_bits = acemq__pow2((size_t)sh->reach);
+    /* + 128: room for the clear word ahead of the top (see acemq__window). */
+    sh->ring_bits = acemq__pow2((size_t)sh->reach + 128);
     sh->ring_mask = sh->ring_bits - 1;
     sh->words = (size_t)(sh->ring_bits / 64);
 }
@@ -88,15 +89,19 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
                         int record_unknown, int *cause)
 {
     if (seq > w->top) {
-        /* Ahead: the positions of top+1..seq held sequences now out of the
-         * ring's reach; clear them and move the top. top + 1 cannot wrap: seq > top. */
+        /* Ahead by at most 64: the positions up to seq are clear (see
+         * acemq__window). Further: clear from top + 1 to the end of the
+         * word after seq's, what the invariant then asks for; none of those
+         * positions holds a sequence within the reach. */
         uint64_t ahead = seq - w->top;
-        if (ahead >= sh->ring_bits)
-            memset(w->ring_end - sh->words, 0, sh->words * sizeof(uint64_t));
-        else
-            clear_positions(w, sh, w->top + 1, ahead);
-        w->top = seq;
-        (void)test_and_set(w, sh, seq);
+        if (ahead > 64) {
+            uint64_t n = ahead + 127 - (seq & 63); /* no wrap: ahead < ring_bits */
+            if (ahead >= sh->ring_bits || n >= sh->ring_bits)
+                memset(w->ring_end - sh->words, 0, sh->words * sizeof(uint64_t));
+            else
+                clear_positions(w, sh, w->top + 1, n);
+        }
+        acemq__window_take_next(w, w->ring_end, sh, seq);
         return ACEMQ_AUDIT_NEW;
     }
     uint64_t back = w->top - seq;
