@@ -138,8 +138,7 @@ ACEMQ_EXTERN int acemq_audit_check_seq(acemq_audit *a, const void *producer, siz
  * (an acemq_audit_result, or a negative error for that id alone) to
  * results[i] and its cause to causes[i] (causes may be NULL). For a caller
  * that holds a batch of messages, e.g. a consumer's prefetched deliveries:
- * what a call costs on entry is paid once per batch, and the single-thread
- * flavour overlaps a few ids' lookups (docs/audit.md). 0, or
+ * what a call costs on entry is paid once per batch (docs/audit.md). 0, or
  * ACEMQ_EINVAL when a is NULL, or n > 0 and ids, id_lens or results is NULL
  * (nothing then checked). */
 ACEMQ_EXTERN int acemq_audit_check_many(acemq_audit *a, const char *const *ids,

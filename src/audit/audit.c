@@ -2,13 +2,15 @@
  * open-addressed table of producer windows in LRU order, with its own memory
  * of evictions, counters and, in the thread-safe flavour, its own lock.
  *
- * The common check (check_fast) is the id split at its last ':', a hash
- * of the producer, its home slot, a comparison of the key (both in
- * audit_key.h) and the window's inline case, straight-line, with no allocation once the producer is
- * known; everything else goes to the general check (check_general), which answers every case. The
- * single-thread flavour is one shard and takes no lock. The thread-safe flavour picks a shard by
- * the hash's top bits and holds only that shard's lock, so checks on producers in different shards
- * never wait for each other.
+ * The common check (check_fast, check_common) is the id split at its last
+ * ':', a hash of the producer, its home slot, a comparison of the key (both
+ * in audit_key.h) and the window's inline case: straight-line, with no
+ * allocation and, in the single-thread flavour, no call, so that it saves
+ * no registers. Everything else goes to the general check (check_general),
+ * which answers every case. The single-thread flavour is one shard and
+ * takes no lock. The thread-safe flavour picks a shard by the hash's top
+ * bits and holds only that shard's lock (check_locked), so checks on
+ * producers in different shards never wait for each other.
  *
  * The LRU in the thread-safe flavour is per shard, an approximation: when the
  * audit holds max_producers producers, a newcomer evicts the least recently
@@ -190,35 +192,61 @@ static __attribute__((noinline)) int check_general(acemq_audit *a, const void *k
     return rc;
 }
 
-/* The common check, straight-line: a known producer in its home slot (the
- * table is kept sparse, see slot), a sequence the window's inline case
- * takes. Anything else leaves, before anything is written, for
- * check_general, which does the whole check from the start and treats this
- * case exactly as this does. */
-static inline __attribute__((always_inline)) int check_fast(acemq_audit *a, const void *key,
-                                                            size_t len, uint64_t seq, int *cause)
+/* The common case on shard s, whose lock the caller holds when it has one:
+ * a known producer in its home slot (the table is kept sparse, see slot), a
+ * sequence the window's inline case takes. 1 with *rc set when it is that
+ * case; 0 otherwise, before anything is written, and the caller hands the
+ * id to check_general, which does the whole check from the start and
+ * treats this case exactly as this does. */
+static inline __attribute__((always_inline)) int check_common(acemq_audit *a, shard *s,
+                                                              const void *key, size_t len,
+                                                              uint64_t seq, uint64_t hash, int *rc)
 {
-    if (__builtin_expect(!a || !key || len - 1 >= ACEMQ_AUDIT_PRODUCER_MAX, 0))
-        return check_general(a, key, len, seq, cause);
-    uint64_t hash = key_hash(key, len);
-    shard *s = shard_for(a, hash);
-    lock(a, s);
     entry *p = s->slots[(size_t)hash & s->mask].p;
-    int rc;
-    if (__builtin_expect(p == NULL || p->hash != hash || !same_key(p, key, len) ||
-                             !acemq__window_check_fast_at(&p->w, entry_ring(p), &a->shape, seq, &rc,
+    if (__builtin_expect(p == NULL || p->hash != hash || !same_key_fast(p, key, len) ||
+                             !acemq__window_check_fast_at(&p->w, entry_ring(p), &a->shape, seq, rc,
                                                           &s->answered_duplicates),
-                         0)) {
-        unlock(a, s);
-        return check_general(a, key, len, seq, cause);
-    }
+                         0))
+        return 0;
     if (a->stamped) {
         p->stamp = ++s->clock; /* which counts this answer: see shard.answered */
     } else {
         if (s->head != p) ACEMQ__DLIST_MOVE_TO_FRONT(s->head, s->tail, p);
         s->answered++;
     }
+    return 1;
+}
+
+/* The thread-safe flavour's check: the common case under its shard's lock,
+ * or the general check. Out of line, so that the single-thread check,
+ * which calls nothing on its common path, keeps no registers across a
+ * call. */
+static __attribute__((noinline)) int check_locked(acemq_audit *a, const void *key, size_t len,
+                                                  uint64_t seq, uint64_t hash, int *cause)
+{
+    shard *s = shard_for(a, hash);
+    lock(a, s);
+    int rc;
+    int done = check_common(a, s, key, len, seq, hash, &rc);
     unlock(a, s);
+    if (!done) return check_general(a, key, len, seq, cause);
+    if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
+    return rc;
+}
+
+/* The check every entry point makes: the common case straight-line, the
+ * rest in check_general. The single-thread flavour has one shard, `one`,
+ * and no lock. */
+static inline __attribute__((always_inline)) int check_fast(acemq_audit *a, const void *key,
+                                                            size_t len, uint64_t seq, int *cause)
+{
+    if (__builtin_expect(!a || !key || !key_fast_range(len), 0))
+        return check_general(a, key, len, seq, cause);
+    uint64_t hash = key_hash_fast(key, len);
+    if (a->locked) return check_locked(a, key, len, seq, hash, cause);
+    int rc;
+    if (__builtin_expect(!check_common(a, &a->one, key, len, seq, hash, &rc), 0))
+        return check_general(a, key, len, seq, cause);
     if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
     return rc;
 }
@@ -229,15 +257,31 @@ int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_
     return check_fast(a, producer, producer_len, sequence, cause);
 }
 
-int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
+/* The text check of every id the word split does not take (a sequence of
+ * eight digits or more, or a malformed id): the byte loop, then the check.
+ * Out of line, so that the common text check keeps no byte loop in its
+ * body. */
+static __attribute__((noinline)) int check_text_slow(acemq_audit *a, const char *id, size_t id_len,
+                                                     int *cause)
 {
-    acemq_audit_id p;
-    int rc = acemq__audit_split(id, id_len, &p);
+    acemq_audit_id p = {0};
+    int rc = acemq__audit_split_slow(id, id_len, &p);
     if (rc != 0) {
         if (cause) *cause = ACEMQ_AUDIT_CAUSE_NONE;
         return rc;
     }
     return check_fast(a, p.producer, p.producer_len, p.sequence, cause);
+}
+
+int acemq_audit_check(acemq_audit *a, const char *id, size_t id_len, int *cause)
+{
+#ifdef ACEMQ__AUDIT_SWAR
+    size_t producer_len;
+    uint64_t sequence;
+    if (__builtin_expect(acemq__audit_split_fast(id, id_len, &producer_len, &sequence), 1))
+        return check_fast(a, id, producer_len, sequence, cause);
+#endif
+    return check_text_slow(a, id, id_len, cause);
 }
 
 /* ---- many ids in one call: the one-id check, id after id ---- */

@@ -6,9 +6,10 @@
  * For keys of 16 to 80 bytes on x86-64 both are straight-line SSE2 code that
  * reads five 16-byte blocks whatever the length: XXH3 and memcmp branch by
  * length range, and those branches are mispredicted when producers of
- * different lengths interleave, as they do in every broker's stream. On
- * bench_audit's broker stream the two take the text check from about 25 ns
- * to about 16. Other lengths and other machines use XXH3 and memcmp.
+ * different lengths interleave, as they do in every broker's stream; on
+ * bench_audit's broker stream the text check takes about 40 % less time
+ * with the straight-line pair than with XXH3 and memcmp. Other lengths and other machines use XXH3
+ * and memcmp, through the general check (audit.c), so that the common check calls nothing.
  */
 #ifndef ACEMQ_AUDIT_KEY_H
 #define ACEMQ_AUDIT_KEY_H
@@ -54,12 +55,15 @@ static inline __m128i key_share(const unsigned char *k, size_t at, long long s1,
     return _mm_mul_epu32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
-/* The table's hash, the shard's and the memory of evictions' (ghosts.c):
- * every byte counts, so producers that differ in one digit anywhere land
- * apart. It only decides where to look; the key is compared. */
-static inline __attribute__((always_inline)) uint64_t key_hash(const void *key, size_t n)
+/* Keys of 16 to 80 bytes, the lengths of the straight-line code. */
+static inline int key_fast_range(size_t n)
 {
-    if (n < 16 || n > 80) return key_hash_short(key, n);
+    return n - 16 <= 64; /* wraps below 16 */
+}
+
+/* key_hash of a key of 16 to 80 bytes. */
+static inline __attribute__((always_inline)) uint64_t key_hash_fast(const void *key, size_t n)
+{
     const unsigned char *k = key;
     size_t last = n - 16;
     __m128i a =
@@ -88,23 +92,41 @@ static inline int same_bytes_16_to_80(const unsigned char *a, const unsigned cha
     return _mm_movemask_epi8(eq) == 0xFFFF;
 }
 
-/* p holds this key. */
-static inline int same_key(const entry *p, const void *key, size_t len)
+/* p holds this key of 16 to 80 bytes. */
+static inline int same_key_fast(const entry *p, const void *key, size_t len)
 {
-    if (p->key_len != len) return 0;
-    if (len < 16 || len > 80) return memcmp(p->key, key, len) == 0;
-    return same_bytes_16_to_80(p->key, key, len);
+    return p->key_len == len && same_bytes_16_to_80(p->key, key, len);
 }
 #else
-static inline uint64_t key_hash(const void *key, size_t n)
+static inline int key_fast_range(size_t n)
+{
+    return n - 1 < ACEMQ_AUDIT_PRODUCER_MAX; /* wraps for 0 */
+}
+
+static inline uint64_t key_hash_fast(const void *key, size_t n)
 {
     return key_hash_short(key, n);
 }
 
-static inline int same_key(const entry *p, const void *key, size_t len)
+static inline int same_key_fast(const entry *p, const void *key, size_t len)
 {
     return p->key_len == len && memcmp(p->key, key, len) == 0;
 }
 #endif
+
+/* The table's hash, the shard's and the memory of evictions' (ghosts.c):
+ * every byte counts, so producers that differ in one digit anywhere land
+ * apart. It only decides where to look; the key is compared. */
+static inline uint64_t key_hash(const void *key, size_t n)
+{
+    return key_fast_range(n) ? key_hash_fast(key, n) : key_hash_short(key, n);
+}
+
+/* p holds this key, of any length. */
+static inline int same_key(const entry *p, const void *key, size_t len)
+{
+    if (key_fast_range(len)) return same_key_fast(p, key, len);
+    return p->key_len == len && memcmp(p->key, key, len) == 0;
+}
 
 #endif
