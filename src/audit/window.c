@@ -95,8 +95,9 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
          * positions holds a sequence within the reach. */
         uint64_t ahead = seq - w->top;
         if (ahead > 64) {
-            uint64_t n = ahead + 127 - (seq & 63); /* no wrap: ahead < ring_bits */
-            if (ahead >= sh->ring_bits || n >= sh->ring_bits)
+            /* The whole ring when that stretch is as long. */
+            uint64_t n = ahead < sh->ring_bits ? ahead + 127 - (seq & 63) : sh->ring_bits;
+            if (n >= sh->ring_bits)
                 memset(w->ring_end - sh->words, 0, sh->words * sizeof(uint64_t));
             else
                 clear_positions(w, sh, w->top + 1, n);
