@@ -257,8 +257,9 @@ int acemq_audit_check_seq(acemq_audit *a, const void *producer, size_t producer_
     return check_fast(a, producer, producer_len, sequence, cause);
 }
 
-/* The text check of every id the word split does not take (a sequence of
- * eight digits or more, or a malformed id): the byte loop, then the check.
+/* The text check of every id the word split does not take (one under nine
+ * bytes, one whose sequence has eight digits or more, a malformed one, any
+ * id on a big-endian machine): the byte loop, then the check.
  * Out of line, so that the common text check keeps no byte loop in its
  * body. */
 static __attribute__((noinline)) int check_text_slow(acemq_audit *a, const char *id, size_t id_len,
