@@ -90,13 +90,13 @@ int acemq__window_check(acemq__window *w, const acemq__window_shape *sh, uint64_
 {
     if (seq > w->top) {
         /* Ahead by at most 64: the positions up to seq are clear (see
-         * acemq__window). Further: clear from top + 1 to the end of the
-         * word after seq's, what the invariant then asks for; none of those
-         * positions holds a sequence within the reach. */
+         * acemq__window). Further: clear from top + 1 to the end of seq's
+         * word; take_next clears the word after it. None of those positions
+         * holds a sequence within the reach. */
         uint64_t ahead = seq - w->top;
         if (ahead > 64) {
             /* The whole ring when that stretch is as long. */
-            uint64_t n = ahead < sh->ring_bits ? ahead + 127 - (seq & 63) : sh->ring_bits;
+            uint64_t n = ahead < sh->ring_bits ? ahead + 63 - (seq & 63) : sh->ring_bits;
             if (n >= sh->ring_bits)
                 memset(w->ring_end - sh->words, 0, sh->words * sizeof(uint64_t));
             else
